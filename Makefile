@@ -1,0 +1,32 @@
+# The whole set-up is `make demo` or `make test`: each builds .venv from nothing, or reuses it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install demo test worker bench histories lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/taskfleet demo
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+worker: $(STAMP)
+	$(PY) worker.py --dev
+
+bench: $(STAMP)
+	$(PY) benchmarks/git_batching.py
+
+histories: $(STAMP)
+	TASKFLEET_RECORD_HISTORIES=1 $(PY) -m pytest tests/test_record_histories.py
+
+clean:
+	rm -rf $(VENV) .taskfleet .pytest_cache

@@ -1,0 +1,1 @@
+"""Side effects (git, processes, files) and the worker-memory services activities read."""

@@ -1,0 +1,237 @@
+"""Applying one git op to a local clone (commit in a worktree, merge without a checkout).
+
+Every step is idempotent, so a push activity retried after a worker crash re-applies its batch
+safely: a commit op whose commit is already on the branch (found by its `Taskfleet-Op` trailer) is
+not committed again, and a merge whose branch is already in the target is not merged again.
+Arguments reach git as an argv list through GitPython, never through a shell.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from git import Repo
+from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+
+from taskfleet.gitops import branch_name_problem
+from taskfleet.models import GitOp
+
+OP_TRAILER = "Taskfleet-Op"
+_FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "taskfleet",
+    "GIT_AUTHOR_EMAIL": "taskfleet@localhost",
+    "GIT_COMMITTER_NAME": "taskfleet",
+    "GIT_COMMITTER_EMAIL": "taskfleet@localhost",
+}
+
+
+class OpFailed(Exception):
+    """This op cannot land; the message says why, for a person. The rest of the batch goes on."""
+
+
+@dataclass
+class Applied:
+    """What applying an op left to push: the ref, its commit, and whether this attempt made it."""
+
+    ref: str
+    commit: str
+    made_commit: bool
+    note: str = ""
+
+
+def identity_env(repo: Repo) -> dict[str, str]:
+    """A fallback author for machines with no git identity; a configured one always wins."""
+    reader = repo.config_reader()
+    has_name = reader.has_option("user", "name")
+    has_email = reader.has_option("user", "email")
+    if has_name and has_email:
+        return {}
+    return {k: v for k, v in _FALLBACK_IDENTITY.items() if k not in os.environ}
+
+
+def _rev(repo: Repo, ref: str) -> str | None:
+    try:
+        return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
+    except GitCommandError:
+        return None
+
+
+def _common_dir(repo: Repo) -> Path:
+    common = Path(repo.git.rev_parse("--git-common-dir"))
+    base = Path(repo.working_tree_dir or repo.git_dir)
+    return (common if common.is_absolute() else base / common).resolve()
+
+
+def _trailer_line(op: GitOp) -> str:
+    return f"{OP_TRAILER}: {op.id}"
+
+
+def _message_with_trailer(op: GitOp, default: str) -> list[str]:
+    return ["-m", op.message or default, "-m", _trailer_line(op)]
+
+
+def _has_op_trailer(repo: Repo, commit: str, op: GitOp) -> bool:
+    body = repo.git.log("-1", "--format=%B", commit)
+    return _trailer_line(op) in body.splitlines()
+
+
+def apply_commit(repo: Repo, op: GitOp) -> Applied:
+    """Stage the op's files (all changes when none are named) in its worktree and commit on its branch."""
+    wt_path = Path(op.worktree)
+    if not wt_path.is_dir():
+        raise OpFailed(f"worktree {op.worktree} does not exist on this worker")
+    try:
+        worktree = Repo(wt_path)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        raise OpFailed(f"worktree {op.worktree} is not a git checkout") from None
+    if _common_dir(worktree) != _common_dir(repo):
+        raise OpFailed(f"worktree {op.worktree} belongs to another repository than {repo.working_dir}")
+    try:
+        current = worktree.git.symbolic_ref("--quiet", "--short", "HEAD")
+    except GitCommandError:
+        current = ""
+    if current != op.branch:
+        raise OpFailed(
+            f"worktree {op.worktree} is on {current or 'a detached HEAD'}, not on branch {op.branch}; "
+            f"run `git switch {op.branch}` there or send the right worktree"
+        )
+    root = wt_path.resolve()
+    for name in op.files:
+        resolved = (root / name).resolve()
+        if resolved != root and root not in resolved.parents:
+            raise OpFailed(f"file {name} resolves outside the worktree {op.worktree}")
+
+    head = _rev(worktree, "HEAD")
+    if head and _has_op_trailer(worktree, head, op):
+        return Applied(f"refs/heads/{op.branch}", head, made_commit=False, note="already committed")
+    if op.files:
+        worktree.git.add("-A", "--", *op.files)
+    else:
+        worktree.git.add("-A")
+    staged, _, _ = worktree.git.diff(
+        "--cached", "--quiet", with_exceptions=False, with_extended_output=True
+    )
+    if staged == 0:
+        if not head:
+            raise OpFailed(f"nothing to commit on new branch {op.branch}")
+        return Applied(f"refs/heads/{op.branch}", head, made_commit=False, note="nothing to commit")
+    worktree.git.commit(*_message_with_trailer(op, ""), env=identity_env(worktree))
+    return Applied(f"refs/heads/{op.branch}", worktree.head.commit.hexsha, made_commit=True)
+
+
+def default_branch(repo: Repo, remote: str) -> str:
+    """The remote's default branch, as `origin/HEAD` records it, else main or master."""
+    try:
+        ref = repo.git.symbolic_ref("--quiet", f"refs/remotes/{remote}/HEAD")
+        return ref.split(f"refs/remotes/{remote}/", 1)[1]
+    except (GitCommandError, IndexError):
+        pass
+    for name in ("main", "master"):
+        if _rev(repo, f"refs/heads/{name}") or _rev(repo, f"refs/remotes/{remote}/{name}"):
+            return name
+    raise OpFailed(f"cannot tell the default branch of {remote}; give the op a 'target'")
+
+
+def _branch_commit(repo: Repo, remote: str, branch: str) -> str | None:
+    return _rev(repo, f"refs/heads/{branch}") or _rev(repo, f"refs/remotes/{remote}/{branch}")
+
+
+def _checked_out_at(repo: Repo, branch: str) -> Path | None:
+    """The worktree (main checkout included) that has `branch` checked out, if any."""
+    path: str | None = None
+    for line in repo.git.worktree("list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree ") :]
+        elif line == f"branch refs/heads/{branch}" and path:
+            return Path(path)
+    return None
+
+
+def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
+    """Merge `branch` into `target` with `git merge-tree`, touching no checkout unless target is out."""
+    target = op.target or default_branch(repo, remote)
+    problem = branch_name_problem(target)
+    if problem:
+        raise OpFailed(problem)
+    source = _branch_commit(repo, remote, op.branch)
+    if not source:
+        raise OpFailed(f"branch {op.branch} does not exist in {repo.working_dir} nor on {remote}")
+    base = _branch_commit(repo, remote, target)
+    if not base:
+        raise OpFailed(f"target branch {target} does not exist in {repo.working_dir} nor on {remote}")
+    ref = f"refs/heads/{target}"
+    is_merged, _, _ = repo.git.merge_base(
+        "--is-ancestor", source, base, with_exceptions=False, with_extended_output=True
+    )
+    if is_merged == 0:
+        if not _rev(repo, ref):
+            repo.git.update_ref(ref, base)
+        return Applied(ref, base, made_commit=False, note=f"{op.branch} already in {target}")
+
+    status, out, err = repo.git.merge_tree(
+        "--write-tree",
+        "--name-only",
+        "--no-messages",
+        base,
+        source,
+        with_exceptions=False,
+        with_extended_output=True,
+    )
+    if status == 1:
+        lines = out.splitlines()
+        conflicted = sorted({line for line in lines[1:] if line.strip()})
+        raise OpFailed(
+            f"merging {op.branch} into {target} conflicts in: {', '.join(conflicted) or '(unknown)'}; "
+            f"rebase {op.branch} onto {target} and send the merge again"
+        )
+    if status != 0:
+        raise OpFailed(f"git merge-tree failed: {err.strip() or out.strip()}")
+    tree = out.splitlines()[0].strip()
+    merge_commit = repo.git.commit_tree(
+        tree,
+        "-p",
+        base,
+        "-p",
+        source,
+        *_message_with_trailer(op, f"Merge branch '{op.branch}' into {target}"),
+        env=identity_env(repo),
+    ).strip()
+    checkout = _checked_out_at(repo, target)
+    if checkout is not None:
+        # Moving a checked-out branch's ref alone would leave its files stale: fast-forward it.
+        try:
+            Repo(checkout).git.merge("--ff-only", merge_commit)
+        except GitCommandError as err:
+            raise OpFailed(
+                f"{target} is checked out at {checkout} and could not be fast-forwarded: "
+                f"{err.stderr.strip()}"
+            ) from None
+    elif _rev(repo, ref):
+        repo.git.update_ref(ref, merge_commit, base)
+    else:
+        repo.git.update_ref(ref, merge_commit)
+    return Applied(ref, merge_commit, made_commit=True)
+
+
+def apply_push(repo: Repo, op: GitOp, remote: str) -> Applied:
+    """A push op only names a branch to include in the batch's push."""
+    commit = _rev(repo, f"refs/heads/{op.branch}")
+    if not commit:
+        raise OpFailed(f"branch {op.branch} does not exist in {repo.working_dir}")
+    return Applied(f"refs/heads/{op.branch}", commit, made_commit=False)
+
+
+def apply_op(repo: Repo, op: GitOp, remote: str) -> Applied:
+    try:
+        if op.op_type == "commit":
+            return apply_commit(repo, op)
+        if op.op_type == "merge":
+            return apply_merge(repo, op, remote)
+        if op.op_type == "push":
+            return apply_push(repo, op, remote)
+    except GitCommandError as err:
+        detail = (err.stderr or str(err)).strip().splitlines()
+        raise OpFailed(f"git {op.op_type} failed: {detail[-1] if detail else err}") from None
+    raise OpFailed(f"unknown op_type {op.op_type!r}")

@@ -1,0 +1,157 @@
+"""The `push_batch` activity: apply a batch's ops in order, then land every touched ref in one push."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from git import PushInfo, Repo
+from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.git_ops import Applied, OpFailed, apply_op
+from taskfleet.models import (
+    OUTCOME_FAILED,
+    OUTCOME_LANDED,
+    OUTCOME_UP_TO_DATE,
+    OpOutcome,
+    PushBatchInput,
+    PushBatchOutput,
+)
+
+_FAILED_FLAGS = PushInfo.ERROR | PushInfo.REJECTED | PushInfo.REMOTE_REJECTED | PushInfo.REMOTE_FAILURE
+# Remote-side races that a second attempt usually clears; the activity's retry policy handles them.
+_TRANSIENT_MARKERS = ("failed to lock", "cannot lock ref", "unable to create lock")
+
+
+def open_repo(path: str, remote: str) -> Repo:
+    """The clone the batch lands from; a wrong path or remote is the caller's error, never retried."""
+    try:
+        repo = Repo(path)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        raise ApplicationError(
+            f"repo {path} is not a git clone on this worker; start the batcher with the clone's path",
+            type="InvalidRepository",
+            non_retryable=True,
+        ) from None
+    if remote not in [r.name for r in repo.remotes]:
+        raise ApplicationError(
+            f"repo {path} has no remote {remote!r} (it has: {', '.join(r.name for r in repo.remotes) or 'none'})",
+            type="InvalidRepository",
+            non_retryable=True,
+        )
+    return repo
+
+
+def _push_reason(info: PushInfo) -> str:
+    summary = (info.summary or "").strip()
+    if info.flags & PushInfo.REMOTE_REJECTED:
+        return f"the remote declined {info.remote_ref_string}: {summary}"
+    if info.flags & PushInfo.REJECTED:
+        return (
+            f"push of {info.remote_ref_string} rejected ({summary}); the remote moved: "
+            "fetch, rebase and send again"
+        )
+    return f"push of {info.remote_ref_string} failed: {summary}"
+
+
+def push_refs(repo: Repo, remote: str, refs: list[str], atomic: bool) -> dict[str, PushInfo]:
+    """One `git push` carrying every ref; raises (retryably) only when the push as a whole failed."""
+    refspecs = [f"{ref}:{ref}" for ref in refs]
+    try:
+        infos = repo.remote(remote).push(refspecs, atomic=atomic)
+    except GitCommandError as err:
+        detail = (err.stderr or str(err)).strip()
+        raise ApplicationError(f"git push to {remote} failed: {detail}", type="PushFailed") from None
+    results = {info.remote_ref_string: info for info in infos}
+    for info in infos:
+        if info.flags & _FAILED_FLAGS and any(m in (info.summary or "") for m in _TRANSIENT_MARKERS):
+            raise ApplicationError(
+                f"remote ref lock race on {info.remote_ref_string}: {info.summary.strip()}",
+                type="PushRace",
+            )
+    return results
+
+
+def land_batch(params: PushBatchInput) -> PushBatchOutput:
+    """Blocking body of the activity (runs in a thread): apply, push once, report per op."""
+    started = time.monotonic()
+    repo = open_repo(params.repo, params.remote)
+    applied: dict[str, Applied] = {}
+    failures: dict[str, str] = {}
+    refs: list[str] = []
+    for op in params.ops:
+        try:
+            result = apply_op(repo, op, params.remote)
+        except OpFailed as err:
+            failures[op.id] = str(err)
+            activity.logger.warning("op %s (%s %s) failed: %s", op.id, op.op_type, op.branch, err)
+            continue
+        applied[op.id] = result
+        if result.ref not in refs:
+            refs.append(result.ref)
+
+    push_results = push_refs(repo, params.remote, refs, params.atomic) if refs else {}
+    outcomes: list[OpOutcome] = []
+    for op in params.ops:
+        outcome = OpOutcome(op_id=op.id, op_type=op.op_type, branch=op.branch, status=OUTCOME_FAILED)
+        if op.id in failures:
+            outcome.reason = failures[op.id]
+        else:
+            done = applied[op.id]
+            outcome.ref, outcome.commit = done.ref, done.commit
+            info = push_results.get(done.ref)
+            if info is None:
+                outcome.reason = f"git push reported nothing for {done.ref}"
+            elif info.flags & _FAILED_FLAGS:
+                outcome.reason = _push_reason(info)
+            elif info.flags & PushInfo.UP_TO_DATE and not done.made_commit:
+                outcome.status = OUTCOME_UP_TO_DATE
+                outcome.reason = done.note or "already on the remote"
+            else:
+                outcome.status = OUTCOME_LANDED
+                outcome.reason = done.note
+        outcomes.append(outcome)
+    return PushBatchOutput(
+        batch_id=params.batch_id,
+        outcomes=outcomes,
+        pushed_refs=refs,
+        pushes=1 if refs else 0,
+        seconds=time.monotonic() - started,
+    )
+
+
+class GitPushActivities:
+    """Git side effects of the batcher. GitPython is not thread-safe: one `Repo` per call."""
+
+    def __init__(self, heartbeat_every: float = 1.0) -> None:
+        self.heartbeat_every = heartbeat_every
+
+    @activity.defn(name="push_batch")
+    async def push_batch(self, params: PushBatchInput) -> PushBatchOutput:
+        activity.logger.info(
+            "landing %s: %d ops on %s (%s), attempt %d",
+            params.batch_id,
+            len(params.ops),
+            params.repo,
+            params.remote,
+            activity.info().attempt,
+        )
+        work = asyncio.ensure_future(asyncio.to_thread(land_batch, params))
+        while True:
+            done, _ = await asyncio.wait({work}, timeout=self.heartbeat_every)
+            if done:
+                break
+            activity.heartbeat(params.batch_id)
+        result = work.result()
+        landed = sum(1 for o in result.outcomes if o.status != OUTCOME_FAILED)
+        activity.logger.info(
+            "%s: %d/%d ops landed with %d push(es) in %.2fs",
+            params.batch_id,
+            landed,
+            len(result.outcomes),
+            result.pushes,
+            result.seconds,
+        )
+        return result

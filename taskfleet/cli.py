@@ -1,0 +1,10 @@
+"""The `taskfleet` command line."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    print("taskfleet: not yet", file=sys.stderr)
+    return 2

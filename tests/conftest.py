@@ -1,0 +1,187 @@
+"""Test harness: one real Temporal dev server per session, a fresh task queue per test, real git."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from taskfleet.devserver import find_temporal_cli
+from taskfleet.plugin import TaskfleetPlugin
+from taskfleet.search_attributes import ALL as SEARCH_ATTRIBUTES
+from taskfleet.settings import TaskfleetSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORIES = Path(__file__).resolve().parent / "histories"
+T = TypeVar("T")
+
+# Commits made by tests need an author; CI machines have no global git identity.
+for _key, _value in {
+    "GIT_AUTHOR_NAME": "taskfleet tests",
+    "GIT_AUTHOR_EMAIL": "tests@taskfleet.invalid",
+    "GIT_COMMITTER_NAME": "taskfleet tests",
+    "GIT_COMMITTER_EMAIL": "tests@taskfleet.invalid",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+
+@pytest.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    environment = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_temporal_cli(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
+    )
+    try:
+        yield environment
+    finally:
+        await environment.shutdown()
+
+
+@pytest.fixture
+def client(env: WorkflowEnvironment) -> Client:
+    return env.client
+
+
+@pytest.fixture
+def server_address(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> TaskfleetSettings:
+    return TaskfleetSettings(state_dir=tmp_path / "state")
+
+
+@pytest.fixture
+def make_worker(client: Client, task_queue: str, settings: TaskfleetSettings):
+    """`async with make_worker() as worker:` runs a worker with the plugin on this test's queue."""
+
+    @asynccontextmanager
+    async def start(**kwargs: Any) -> AsyncIterator[Worker]:
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            plugins=[TaskfleetPlugin(kwargs.pop("settings", settings))],
+            **kwargs,
+        )
+        async with worker:
+            yield worker
+
+    return start
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T]], timeout: float = 30.0, interval: float = 0.1
+) -> T:
+    """Poll `check` until it returns without raising AssertionError; re-raise the last one at timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(interval)
+
+
+# --- git ----------------------------------------------------------------------------------------
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
+    return proc.stdout.strip()
+
+
+@dataclass
+class GitRemoteFixture:
+    """A clone with a bare `origin`, whose pre-receive hook counts the pushes it receives."""
+
+    clone: Path
+    remote: Path
+    push_log: Path
+
+    def pushes(self) -> int:
+        if not self.push_log.exists():
+            return 0
+        return len(self.push_log.read_text().splitlines())
+
+    def remote_ref(self, branch: str) -> str | None:
+        out = git(self.remote, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+        return out or None
+
+    def worktree(self, branch: str, base: str = "main") -> Path:
+        path = self.clone.parent / "wt" / branch.replace("/", "_")
+        git(self.clone, "worktree", "add", "-q", "-b", branch, str(path), base)
+        return path
+
+    def change(self, worktree: Path, name: str, content: str) -> None:
+        target = worktree / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+
+    def install_hook(self, name: str, body: str) -> None:
+        hook = self.remote / "hooks" / name
+        hook.write_text("#!/bin/sh\n" + body)
+        hook.chmod(0o755)
+
+
+def make_git_remote(root: Path) -> GitRemoteFixture:
+    root.mkdir(parents=True, exist_ok=True)
+    remote = root / "remote.git"
+    clone = root / "clone"
+    push_log = root / "pushes.log"
+    git(root, "init", "-q", "--bare", "-b", "main", str(remote))
+    seed = root / "seed"
+    git(root, "init", "-q", "-b", "main", str(seed))
+    (seed / "README.md").write_text("seed\n")
+    (seed / "shared.txt").write_text("line 1\nline 2\nline 3\n")
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "seed")
+    git(seed, "push", "-q", str(remote), "main")
+    git(root, "clone", "-q", str(remote), str(clone))
+    fixture = GitRemoteFixture(clone=clone, remote=remote, push_log=push_log)
+    # Installed after the seed push, so only pushes under test are counted.
+    fixture.install_hook("pre-receive", f'cat > /dev/null\necho push >> "{push_log}"\n')
+    return fixture
+
+
+@pytest.fixture
+def git_remote(tmp_path: Path) -> GitRemoteFixture:
+    return make_git_remote(tmp_path / "git")
+
+
+# --- subprocesses -------------------------------------------------------------------------------
+
+
+def python_cmd(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def save_history(name: str, history_json: str) -> None:
+    """Record a history for the replay test (only when asked: `make histories`)."""
+    if os.environ.get("TASKFLEET_RECORD_HISTORIES"):
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / f"{name}.json").write_text(history_json)

@@ -1,0 +1,1 @@
+"""Deterministic workflow code only: no I/O, no wall clock, no randomness outside `workflow.*`."""
