@@ -13,7 +13,7 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowHandle,
 )
-from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from taskfleet.models import (
     DEFAULT_TASK_QUEUE,
@@ -41,7 +41,10 @@ def _start_options(config: GitBatchConfig, task_queue: str) -> dict[str, Any]:
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"git batcher: {config.repo} -> {config.remote}",
         search_attributes=TypedSearchAttributes(
-            [TASKFLEET_KIND.value_set("git-batch"), TASKFLEET_REPO.value_set(os.path.abspath(config.repo))]
+            [
+                SearchAttributePair(TASKFLEET_KIND, "git-batch"),
+                SearchAttributePair(TASKFLEET_REPO, os.path.abspath(config.repo)),
+            ]
         ),
     )
 

@@ -1,0 +1,246 @@
+"""GitBatchWorkflow on a real server, landing on a real bare remote that counts its pushes."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from taskfleet.git_client import GitBatcherClient
+from taskfleet.models import GitBatchConfig, GitBatchStatus, GitOp
+from tests.conftest import GitRemoteFixture, eventually, git, save_history
+
+
+def batcher(client: Client, fx: GitRemoteFixture, task_queue: str, **config) -> GitBatcherClient:
+    config.setdefault("max_batch_age_seconds", 3600)  # only size or an explicit flush, unless a test says
+    return GitBatcherClient(client, GitBatchConfig(repo=str(fx.clone), **config), task_queue)
+
+
+def commit_op(fx: GitRemoteFixture, branch: str, op_id: str = "", **kw) -> tuple[GitOp, str]:
+    """A worktree on a new branch with one changed file; returns the op and the file's content."""
+    wt = fx.worktree(branch)
+    content = f"work of {branch}\n"
+    fx.change(wt, f"{branch.replace('/', '_')}.txt", content)
+    return GitOp(op_type="commit", branch=branch, message=f"work on {branch}", worktree=str(wt), id=op_id, **kw), content
+
+
+def remote_file(fx: GitRemoteFixture, branch: str, name: str) -> str:
+    return git(fx.remote, "show", f"refs/heads/{branch}:{name}")
+
+
+async def landed(gb: GitBatcherClient, count: int) -> GitBatchStatus:
+    async def check() -> GitBatchStatus:
+        status = await gb.status()
+        assert status.stats.landed_ops + status.stats.failed_ops >= count, status.stats
+        return status
+
+    return await eventually(check)
+
+
+async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue, git_remote: GitRemoteFixture):
+    gb = batcher(client, git_remote, task_queue, max_batch_size=5)
+    ops = [commit_op(git_remote, f"task/t{i}")[0] for i in range(10)]
+    async with make_worker():
+        for op in ops:
+            await gb.enqueue(op)
+        status = await landed(gb, 10)
+        save_history("git_batcher_ten_ops", (await gb.handle.fetch_history()).to_json())
+    assert git_remote.pushes() == 2
+    for i in range(10):
+        branch = f"task/t{i}"
+        assert git_remote.remote_ref(branch) == git(git_remote.clone, "rev-parse", branch)
+        assert remote_file(git_remote, branch, f"task_t{i}.txt") == f"work of {branch}"
+    assert status.stats.total_ops == 10
+    assert status.stats.total_batches == 2
+    assert status.stats.network_savings == 8
+    assert status.stats.pushes == 2
+    assert [b.status for b in status.executed_batches] == ["completed", "completed"]
+    assert all(o.status == "landed" for b in status.executed_batches for o in b.outcomes)
+
+
+async def test_age_flush_lands_with_one_push(client: Client, make_worker, task_queue, git_remote):
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10, max_batch_age_seconds=1)
+    async with make_worker():
+        for i in range(3):
+            await gb.enqueue(commit_op(git_remote, f"age/{i}")[0])
+        status = await landed(gb, 3)
+    assert git_remote.pushes() == 1
+    assert status.stats.total_batches == 1
+    assert all(git_remote.remote_ref(f"age/{i}") for i in range(3))
+
+
+async def test_manual_flush_by_signal_and_update(client: Client, make_worker, task_queue, git_remote):
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10)
+    async with make_worker():
+        await gb.enqueue(commit_op(git_remote, "manual/a")[0])
+        await gb.enqueue(commit_op(git_remote, "manual/b")[0])
+        await gb.flush()
+        await landed(gb, 2)
+        assert git_remote.pushes() == 1
+
+        op_id = await gb.submit(commit_op(git_remote, "manual/c", op_id="c-1")[0])
+        assert op_id == "c-1"
+        result = await gb.flush_now()
+    assert result.status == "completed"
+    assert [(o.op_id, o.status) for o in result.outcomes] == [("c-1", "landed")]
+    assert git_remote.pushes() == 2
+    assert git_remote.remote_ref("manual/c") == result.outcomes[0].commit
+
+
+async def test_repeated_op_id_lands_once(client: Client, make_worker, task_queue, git_remote):
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10)
+    op, _ = commit_op(git_remote, "dup/a", op_id="same-id")
+    async with make_worker():
+        await gb.enqueue(op)
+        await gb.enqueue(op)
+        assert await gb.submit(op) == "same-id"
+        result = await gb.flush_now()
+        status = await gb.status()
+    assert [o.op_id for o in result.outcomes] == ["same-id"]
+    assert status.stats.total_ops == 1
+    assert git(git_remote.remote, "rev-list", "--count", "main..dup/a") == "1"
+
+
+BAD_OPS = [
+    ({"op_type": "commit", "branch": "-rf", "message": "m", "worktree": "/tmp"}, "starts with '-'"),
+    ({"op_type": "push", "branch": "bad..name"}, "'..'"),
+    ({"op_type": "rebase", "branch": "x"}, "op_type 'rebase' is not one of"),
+    ({"branch": "x"}, "missing field 'op_type'"),
+    ({"op_type": "commit", "branch": "ok", "message": "m", "worktree": "/tmp", "files": ["../etc/passwd"]}, "outside the repository"),
+    ({"op_type": "push", "branch": "ok", "colour": "red"}, "unknown field(s) colour"),
+    ("just a string", "must be a JSON object"),
+]
+
+
+async def test_bad_ops_by_signal_are_rejected_and_valid_ops_land(client: Client, make_worker, task_queue, git_remote):
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10)
+    async with make_worker():
+        await gb.enqueue(commit_op(git_remote, "good/1")[0])
+        for raw, _ in BAD_OPS:
+            await gb.enqueue(raw)
+        await gb.enqueue(commit_op(git_remote, "good/2")[0])
+        result = await gb.flush_now()
+        status = await gb.status()
+    assert [o.status for o in result.outcomes] == ["landed", "landed"]
+    assert git_remote.remote_ref("good/1") and git_remote.remote_ref("good/2")
+    assert len(status.rejected) == len(BAD_OPS)
+    for rejected, (raw, reason) in zip(status.rejected, BAD_OPS):
+        assert rejected.op == raw
+        assert reason in rejected.reason
+    assert status.stats.rejected_ops == len(BAD_OPS)
+
+
+async def test_bad_op_by_update_is_refused_with_its_reason(client: Client, make_worker, task_queue, git_remote):
+    gb = batcher(client, git_remote, task_queue)
+    async with make_worker():
+        for raw, reason in BAD_OPS:
+            with pytest.raises(WorkflowUpdateFailedError) as caught:
+                await gb.submit(raw)
+            assert reason in str(caught.value.cause)
+        status = await gb.status()
+        history = await gb.handle.fetch_history()
+    assert status.queue == [] and status.stats.total_ops == 0
+    # Rejected in the validator: nothing about them entered history.
+    assert not any(e.HasField("workflow_execution_update_accepted_event_attributes") for e in history.events)
+
+
+async def test_op_failing_on_the_worker_fails_alone(client: Client, make_worker, task_queue, git_remote, tmp_path):
+    """Checks that need the filesystem (worktree of another repo, missing worktree) fail that op only."""
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10)
+    async with make_worker():
+        await gb.enqueue(commit_op(git_remote, "fine/1")[0])
+        await gb.enqueue(GitOp(op_type="commit", branch="ghost", message="m", worktree=str(tmp_path / "nope")))
+        await gb.enqueue(GitOp(op_type="push", branch="never-created"))
+        result = await gb.flush_now()
+    by_branch = {o.branch: o for o in result.outcomes}
+    assert by_branch["fine/1"].status == "landed"
+    assert by_branch["ghost"].status == "failed" and "does not exist" in by_branch["ghost"].reason
+    assert by_branch["never-created"].status == "failed"
+    assert git_remote.pushes() == 1
+
+
+async def test_merge_conflict_fails_one_op_and_four_land(client: Client, make_worker, task_queue, git_remote):
+    fx = git_remote
+    for i in range(5):
+        wt = fx.worktree(f"feature/{i}")
+        if i == 3:
+            fx.change(wt, "shared.txt", "line 1\nCHANGED BY FEATURE 3\nline 3\n")
+        else:
+            fx.change(wt, f"f{i}.txt", f"feature {i}\n")
+        git(wt, "add", "-A")
+        git(wt, "commit", "-q", "-m", f"feature {i}")
+    # main moves on under feature 3's feet
+    git(fx.clone, "checkout", "-q", "--detach")
+    main_wt = fx.clone.parent / "wt" / "main-edit"
+    git(fx.clone, "worktree", "add", "-q", str(main_wt), "main")
+    fx.change(main_wt, "shared.txt", "line 1\nCHANGED ON MAIN\nline 3\n")
+    git(main_wt, "commit", "-qam", "main edit")
+    git(fx.clone, "worktree", "remove", str(main_wt))
+
+    gb = batcher(client, fx, task_queue, max_batch_size=10)
+    async with make_worker():
+        for i in range(5):
+            await gb.enqueue(GitOp(op_type="merge", branch=f"feature/{i}", id=f"merge-{i}"))
+        result = await gb.flush_now()
+    by_id = {o.op_id: o for o in result.outcomes}
+    assert by_id["merge-3"].status == "failed"
+    assert "shared.txt" in by_id["merge-3"].reason and "conflicts" in by_id["merge-3"].reason
+    assert [by_id[f"merge-{i}"].status for i in (0, 1, 2, 4)] == ["landed"] * 4
+    assert fx.pushes() == 1
+    remote_main = fx.remote_ref("main")
+    for i in (0, 1, 2, 4):
+        git(fx.remote, "merge-base", "--is-ancestor", git(fx.clone, "rev-parse", f"feature/{i}"), remote_main)
+    assert git(fx.remote, "show", "main:shared.txt") == "line 1\nCHANGED ON MAIN\nline 3"
+
+
+async def test_update_hook_declines_one_ref_others_land(client: Client, make_worker, task_queue, git_remote):
+    fx = git_remote
+    fx.install_hook("update", 'case "$1" in refs/heads/blocked/*) echo "policy: no blocked/*" >&2; exit 1;; esac\nexit 0\n')
+    gb = batcher(client, fx, task_queue, max_batch_size=10)
+    async with make_worker():
+        for branch in ("open/1", "blocked/2", "open/3"):
+            await gb.enqueue(commit_op(fx, branch)[0])
+        result = await gb.flush_now()
+        status = await gb.status()
+    by_branch = {o.branch: o for o in result.outcomes}
+    assert by_branch["open/1"].status == by_branch["open/3"].status == "landed"
+    assert by_branch["blocked/2"].status == "failed"
+    assert "declined" in by_branch["blocked/2"].reason
+    assert fx.remote_ref("open/1") and fx.remote_ref("open/3") and not fx.remote_ref("blocked/2")
+    assert fx.pushes() == 1
+    assert status.stats.failed_ops == 1 and status.stats.landed_ops == 2
+
+
+async def test_atomic_batch_lands_all_or_nothing(client: Client, make_worker, task_queue, git_remote):
+    fx = git_remote
+    fx.install_hook("update", 'case "$1" in refs/heads/blocked/*) exit 1;; esac\nexit 0\n')
+    gb = batcher(client, fx, task_queue, max_batch_size=10, atomic=True)
+    async with make_worker():
+        for branch in ("open/1", "blocked/2"):
+            await gb.enqueue(commit_op(fx, branch)[0])
+        result = await gb.flush_now()
+    assert [o.status for o in result.outcomes] == ["failed", "failed"]
+    assert not fx.remote_ref("open/1")
+
+
+async def test_bad_repo_fails_batch_keeps_ops_and_retry_update(client: Client, make_worker, task_queue, git_remote, tmp_path):
+    """A clone path that is not a git repository: the batch fails with the reason, its ops are kept."""
+    not_a_repo = tmp_path / "not-a-repo"
+    not_a_repo.mkdir()
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(not_a_repo), max_batch_age_seconds=3600), task_queue)
+    async with make_worker():
+        await gb.enqueue(GitOp(op_type="push", branch="main", id="p1"))
+        result = await gb.flush_now()
+        assert result.status == "failed"
+        assert "not a git clone" in result.error
+        status = await gb.status()
+        assert [b.id for b in status.failed_batches] == [result.batch_id]
+        assert status.failed_batches[0].ops[0].id == "p1"
+
+        # The clone appears; retry lands the kept batch.
+        git(tmp_path, "clone", "-q", str(git_remote.remote), str(not_a_repo))
+        retried = await gb.retry(result.batch_id)
+        assert retried.status == "completed"
+        assert [o.status for o in retried.outcomes] == ["up_to_date"]
+        with pytest.raises(WorkflowUpdateFailedError) as caught:
+            await gb.retry("batch-999")
+        assert "not a failed batch" in str(caught.value.cause)
