@@ -159,6 +159,8 @@ class GitBatchStatus:
     config: GitBatchConfig
     stats: GitBatchStats
     executing: Optional[GitBatch] = None
+    # How many runs this workflow id has had (1 + continue-as-new count).
+    runs: int = 1
 
 
 @dataclass

@@ -185,3 +185,49 @@ def save_history(name: str, history_json: str) -> None:
     if os.environ.get("TASKFLEET_RECORD_HISTORIES"):
         HISTORIES.mkdir(exist_ok=True)
         (HISTORIES / f"{name}.json").write_text(history_json)
+
+
+class WorkerProcess:
+    """`python worker.py` in its own process group, so a test can SIGKILL it with its children."""
+
+    def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self.out = open(log, "ab")
+        self.proc = subprocess.Popen(
+            python_cmd(str(ROOT / "worker.py"), *args),
+            cwd=ROOT,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def wait_started(self, timeout: float = 60.0) -> None:
+        async def check() -> None:
+            assert self.proc.poll() is None, f"worker exited early:\n{self.output()}"
+            assert "task_queue=" in self.output(), "worker has not printed its start-up line yet"
+
+        await eventually(check, timeout=timeout)
+
+    def kill_group(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.out.close()
+
+    def interrupt(self, timeout: float = 60.0) -> int:
+        import signal
+
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.out.close()

@@ -11,6 +11,7 @@ from temporalio.worker import Worker
 
 from taskfleet.models import SmokeInput, SmokeResult
 from taskfleet.plugin import TaskfleetPlugin
+from tests.conftest import save_history
 from workflows.smoke import SmokeWorkflow
 
 
@@ -32,13 +33,15 @@ class UserWorkflow:
 
 async def test_smoke_workflow_runs_on_plugin_worker(client: Client, make_worker, task_queue: str):
     async with make_worker():
-        result = await client.execute_workflow(
+        handle = await client.start_workflow(
             SmokeWorkflow.run,
             SmokeInput(name="fleet"),
             id=f"smoke-{uuid.uuid4().hex[:8]}",
             task_queue=task_queue,
             result_type=SmokeResult,
         )
+        result = await handle.result()
+        save_history("smoke", (await handle.fetch_history()).to_json())
     assert result.greeting == "hello, fleet"
     assert result.worker_pid == os.getpid()
 

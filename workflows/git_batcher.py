@@ -347,6 +347,7 @@ class GitBatchWorkflow:
             config=self.config,
             stats=self.s.stats,
             executing=self._executing,
+            runs=self.s.runs,
         )
 
     def _refresh_details(self) -> None:

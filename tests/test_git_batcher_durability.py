@@ -1,0 +1,118 @@
+"""Nothing accepted is lost or landed twice: across a worker killed mid-push and across continue-as-new."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from temporalio.client import Client
+
+from taskfleet.git_client import GitBatcherClient
+from taskfleet.models import GitBatchConfig, GitOp
+from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, save_history
+
+
+def prepare_commits(fx: GitRemoteFixture, prefix: str, count: int) -> list[GitOp]:
+    ops = []
+    for i in range(count):
+        branch = f"{prefix}/{i}"
+        wt = fx.worktree(branch)
+        fx.change(wt, f"{i}.txt", f"{branch}\n")
+        ops.append(GitOp(op_type="commit", branch=branch, message=f"change {i}", worktree=str(wt), id=f"{prefix}-{i}"))
+    return ops
+
+
+def assert_each_landed_once(fx: GitRemoteFixture, ops: list[GitOp]) -> None:
+    for op in ops:
+        remote_sha = fx.remote_ref(op.branch)
+        assert remote_sha, f"{op.branch} is not on the remote"
+        assert remote_sha == git(fx.clone, "rev-parse", op.branch)
+        # exactly one commit on top of main: the op was committed once, not again on retry
+        assert git(fx.remote, "rev-list", "--count", f"main..{op.branch}") == "1"
+        assert f"Taskfleet-Op: {op.id}" in git(fx.remote, "log", "-1", "--format=%B", op.branch)
+
+
+async def test_worker_killed_during_push_every_op_lands_once(
+    client: Client, server_address: str, task_queue: str, git_remote: GitRemoteFixture, tmp_path: Path
+):
+    fx = git_remote
+    started, release = tmp_path / "push-started", tmp_path / "push-release"
+    # The remote holds the first push open until the test has killed the worker that sent it.
+    fx.install_hook(
+        "pre-receive",
+        f'cat > /dev/null\ntouch "{started}"\n'
+        f'while [ ! -e "{release}" ]; do sleep 0.05; done\necho push >> "{fx.push_log}"\n',
+    )
+    ops = prepare_commits(fx, "crash", 6)
+    gb = GitBatcherClient(
+        client,
+        GitBatchConfig(repo=str(fx.clone), max_batch_size=6, max_batch_age_seconds=3600, heartbeat_timeout_seconds=2),
+        task_queue,
+    )
+    args = ("--address", server_address, "--task-queue", task_queue, "--state-dir", str(tmp_path / "state"))
+    first = WorkerProcess(*args, log=tmp_path / "worker1.log")
+    await first.wait_started()
+    for op in ops:
+        await gb.enqueue(op)  # the sixth fills the batch: the push starts
+
+    async def push_in_flight() -> None:
+        assert started.exists(), "push has not reached the remote yet"
+
+    await eventually(push_in_flight)
+    first.kill_group()
+    release.touch()
+    # Each op was committed locally before the kill; the retry must not commit them again.
+    assert all(git(fx.clone, "rev-list", "--count", f"main..{op.branch}") == "1" for op in ops)
+
+    second = WorkerProcess(*args, log=tmp_path / "worker2.log")
+    try:
+        await second.wait_started()
+
+        async def all_landed():
+            status = await gb.status()
+            assert status.stats.landed_ops == len(ops), status.stats
+            return status
+
+        status = await eventually(all_landed, timeout=60)
+        history = await gb.handle.fetch_history()
+    finally:
+        second.kill_group()
+    started_attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert started_attempts == [2], "the push should have been retried once, on the second worker"
+    assert_each_landed_once(fx, ops)
+    assert status.stats.total_batches == 1
+    outcomes = status.executed_batches[0].outcomes
+    assert sorted(o.op_id for o in outcomes) == sorted(op.id for op in ops)
+
+
+async def test_ops_arriving_through_continue_as_new_land_once(
+    client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
+):
+    fx = git_remote
+    ops = prepare_commits(fx, "can", 24)
+    gb = GitBatcherClient(
+        client,
+        GitBatchConfig(repo=str(fx.clone), max_batch_size=4, max_batch_age_seconds=3600, max_history_events=30),
+        task_queue,
+    )
+    async with make_worker():
+        for op in ops:
+            await gb.enqueue(op)
+            await gb.enqueue(op)  # repeats across the boundary are still ignored
+
+        async def all_landed():
+            status = await gb.status()
+            assert status.stats.landed_ops == len(ops), status.stats
+            return status
+
+        status = await eventually(all_landed, timeout=60)
+        description = await gb.handle.describe()
+        save_history("git_batcher_after_continue_as_new", (await gb.handle.fetch_history()).to_json())
+    assert status.runs > 1, "the workflow never continued as new"
+    assert description.run_id != description.raw_description.workflow_execution_info.first_run_id
+    assert status.stats.total_ops == len(ops)
+    assert status.stats.pushes == len(ops) // 4
+    assert_each_landed_once(fx, ops)
