@@ -1,10 +1,215 @@
-"""The `taskfleet` command line."""
+"""The `taskfleet` command line: drive the git batcher, run boards, query lessons, run the demo."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import os
 import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from taskfleet.connection import StartupError, connect, load_connect_config
+from taskfleet.git_client import GitBatcherClient
+from taskfleet.models import DEFAULT_TASK_QUEUE, GitBatchConfig, GitBatchStatus, GitOp
+
+Command = Callable[[argparse.Namespace], Awaitable[int]]
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(asdict(value) if is_dataclass(value) else value, indent=2, default=str)
+
+
+async def _client(args: argparse.Namespace) -> Client:
+    return await connect(load_connect_config(args.address, args.namespace))
+
+
+# --- git -----------------------------------------------------------------------------------------
+
+
+def _batcher(args: argparse.Namespace, client: Client) -> GitBatcherClient:
+    config = GitBatchConfig(
+        repo=os.path.abspath(args.repo),
+        remote=args.remote,
+        max_batch_size=args.max_batch_size,
+        max_batch_age_seconds=args.max_batch_age_seconds,
+        atomic=args.atomic,
+    )
+    return GitBatcherClient(client, config, args.task_queue)
+
+
+def _op_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    if args.op_json:
+        try:
+            raw = json.loads(args.op_json)
+        except json.JSONDecodeError as err:
+            raise StartupError(f"--op-json is not JSON: {err}") from None
+        return raw
+    op = GitOp(
+        op_type=args.op_type,
+        branch=args.branch or "",
+        id=args.id or "",
+        message=args.message or "",
+        files=args.file or [],
+        worktree=os.path.abspath(args.worktree) if args.worktree else "",
+        target=args.target or "",
+        reply_to=args.reply_to or "",
+    )
+    return {k: v for k, v in asdict(op).items() if v not in ("", [], None)}
+
+
+async def git_enqueue(args: argparse.Namespace) -> int:
+    client = await _client(args)
+    gb = _batcher(args, client)
+    op = _op_from_args(args)
+    if args.wait:
+        try:
+            op_id = await gb.submit(op)
+        except WorkflowUpdateFailedError as err:
+            print(f"refused: {err.cause}", file=sys.stderr)
+            return 1
+        print(f"accepted op {op_id} on {gb.workflow_id}")
+    else:
+        await gb.enqueue(op)
+        print(f"sent to {gb.workflow_id} (see `taskfleet git status --repo {args.repo}` for its fate)")
+    return 0
+
+
+async def git_flush(args: argparse.Namespace) -> int:
+    client = await _client(args)
+    gb = _batcher(args, client)
+    if not args.wait:
+        await gb.flush()
+        print(f"flush requested on {gb.workflow_id}")
+        return 0
+    result = await gb.flush_now()
+    if args.json:
+        print(to_json(result))
+    else:
+        print(f"{', '.join(result.batch_ids) or 'nothing to flush'}: {result.status}")
+        for outcome in result.outcomes:
+            print(f"  {outcome.op_id:<16} {outcome.op_type:<7} {outcome.branch:<30} {outcome.status} {outcome.reason}")
+        if result.error:
+            print(f"  error: {result.error}")
+    return 0 if result.status != "failed" else 1
+
+
+def format_git_status(workflow_id: str, status: GitBatchStatus) -> str:
+    s = status.stats
+    lines = [
+        f"{workflow_id}: {status.config.repo} -> {status.config.remote} (run {status.runs})",
+        f"  queued ops {len(status.queue)}, pending batches {len(status.pending_batches)}, "
+        f"failed batches {len(status.failed_batches)}, rejected ops {s.rejected_ops}",
+        f"  ops {s.total_ops}, batches {s.total_batches}, avg {s.avg_ops_per_batch:.1f} ops/batch, "
+        f"pushes {s.pushes}, round trips saved {s.network_savings}, {s.total_execute_seconds:.2f}s pushing",
+    ]
+    if status.executing:
+        lines.append(f"  executing {status.executing.id} ({len(status.executing.ops)} ops)")
+    for batch in status.executed_batches[-5:]:
+        failed = [o for o in batch.outcomes if o.status == "failed"]
+        lines.append(f"  {batch.id}: {len(batch.ops)} ops, {batch.status}, {len(failed)} failed")
+        lines.extend(f"    {o.op_id} {o.branch}: {o.reason}" for o in failed)
+    for batch in status.failed_batches:
+        lines.append(f"  FAILED {batch.id} ({len(batch.ops)} ops, {batch.attempts} attempts): {batch.error}")
+    for rejected in status.rejected[-5:]:
+        lines.append(f"  rejected {json.dumps(rejected.op)}: {rejected.reason}")
+    return "\n".join(lines)
+
+
+async def git_status(args: argparse.Namespace) -> int:
+    client = await _client(args)
+    gb = _batcher(args, client)
+    try:
+        status = await gb.status()
+    except RPCError as err:
+        print(f"no git batcher {gb.workflow_id}: {err}", file=sys.stderr)
+        return 1
+    print(to_json(status) if args.json else format_git_status(gb.workflow_id, status))
+    return 0
+
+
+async def git_id(args: argparse.Namespace) -> int:
+    from taskfleet.git_client import git_batch_workflow_id
+
+    print(git_batch_workflow_id(os.path.abspath(args.repo), args.remote))
+    return 0
+
+
+def _add_git_commands(sub: argparse._SubParsersAction) -> None:
+    git = sub.add_parser("git", help="send git ops to a repository's GitBatchWorkflow").add_subparsers(
+        dest="git_command", required=True
+    )
+
+    def target(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--repo", required=True, help="path of the clone on the worker")
+        p.add_argument("--remote", default="origin")
+        p.add_argument("--max-batch-size", type=int, default=10, help="used if this starts the batcher")
+        p.add_argument("--max-batch-age-seconds", type=float, default=5.0)
+        p.add_argument("--atomic", action="store_true", help="refs of a batch move together")
+
+    enqueue = git.add_parser("enqueue", help="queue one op (starts the batcher if needed)")
+    target(enqueue)
+    enqueue.add_argument("--op-type", choices=["commit", "push", "merge"], default="push")
+    enqueue.add_argument("--branch")
+    enqueue.add_argument("--message")
+    enqueue.add_argument("--file", action="append", help="file to stage (repeat); default: all changes")
+    enqueue.add_argument("--worktree", help="commit: where the changes are")
+    enqueue.add_argument("--target", help="merge: branch merged into (default: remote's default)")
+    enqueue.add_argument("--id", help="op id; a repeated id is ignored")
+    enqueue.add_argument("--reply-to", help="workflow id told the outcome (git_ops_landed)")
+    enqueue.add_argument("--op-json", help="the whole op as a JSON object instead of flags")
+    enqueue.add_argument("--wait", action="store_true", help="use the submit update: wait for accept/refuse")
+    enqueue.set_defaults(func=git_enqueue)
+
+    flush = git.add_parser("flush", help="land what is queued now")
+    target(flush)
+    flush.add_argument("--wait", action="store_true", help="use flush_now: wait for the push and print outcomes")
+    flush.add_argument("--json", action="store_true")
+    flush.set_defaults(func=git_flush)
+
+    status = git.add_parser("status", help="queue, batches, failures, rejections and stats")
+    target(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=git_status)
+
+    ident = git.add_parser("id", help="print the batcher's workflow id for a clone and remote")
+    target(ident)
+    ident.set_defaults(func=git_id)
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="taskfleet", description=__doc__)
+    parser.add_argument("--address", help="Temporal host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
+    parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE or default)")
+    parser.add_argument(
+        "--task-queue", default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_git_commands(sub)
+    from taskfleet import cli_demo
+
+    cli_demo.add_commands(sub)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("taskfleet: not yet", file=sys.stderr)
-    return 2
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(args.func(args))
+    except StartupError as err:
+        print(f"taskfleet: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
