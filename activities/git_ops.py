@@ -9,10 +9,12 @@ Arguments reach git as an argv list through GitPython, never through a shell.
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from git import Repo
+from git import Repo, SymbolicReference
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
 from taskfleet.gitops import branch_name_problem
@@ -41,14 +43,25 @@ class Applied:
     note: str = ""
 
 
-def identity_env(repo: Repo) -> dict[str, str]:
-    """A fallback author for machines with no git identity; a configured one always wins."""
+# Commits of a batch run in parallel worktrees: an automatic gc started by one of them would race
+# the others, and costs a process per commit. Maintenance is left to the clone's owner.
+_NO_AUTO_MAINTENANCE = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "maintenance.auto",
+    "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "gc.auto",
+    "GIT_CONFIG_VALUE_1": "0",
+}
+
+
+def commit_env(repo: Repo) -> dict[str, str]:
+    """Environment for `git commit`: no auto maintenance, and a fallback author on machines with no
+    git identity (a configured one always wins)."""
+    env = dict(_NO_AUTO_MAINTENANCE)
     reader = repo.config_reader()
-    has_name = reader.has_option("user", "name")
-    has_email = reader.has_option("user", "email")
-    if has_name and has_email:
-        return {}
-    return {k: v for k, v in _FALLBACK_IDENTITY.items() if k not in os.environ}
+    if not (reader.has_option("user", "name") and reader.has_option("user", "email")):
+        env.update({k: v for k, v in _FALLBACK_IDENTITY.items() if k not in os.environ})
+    return env
 
 
 def _rev(repo: Repo, ref: str) -> str | None:
@@ -56,12 +69,6 @@ def _rev(repo: Repo, ref: str) -> str | None:
         return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
     except GitCommandError:
         return None
-
-
-def _common_dir(repo: Repo) -> Path:
-    common = Path(repo.git.rev_parse("--git-common-dir"))
-    base = Path(repo.working_tree_dir or repo.git_dir)
-    return (common if common.is_absolute() else base / common).resolve()
 
 
 def _trailer_line(op: GitOp) -> str:
@@ -72,26 +79,35 @@ def _message_with_trailer(op: GitOp, default: str) -> list[str]:
     return ["-m", op.message or default, "-m", _trailer_line(op)]
 
 
-def _has_op_trailer(repo: Repo, commit: str, op: GitOp) -> bool:
-    body = repo.git.log("-1", "--format=%B", commit)
-    return _trailer_line(op) in body.splitlines()
+def _head_sha(worktree: Repo) -> str | None:
+    """HEAD's commit read from the ref files, without starting a git process."""
+    try:
+        return SymbolicReference.dereference_recursive(worktree, "HEAD")
+    except ValueError:
+        return None  # an unborn branch
+
+
+def _open_worktree(path: str) -> Repo:
+    try:
+        return Repo(path)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        raise OpFailed(f"worktree {path} is not a git checkout") from None
 
 
 def apply_commit(repo: Repo, op: GitOp) -> Applied:
-    """Stage the op's files (all changes when none are named) in its worktree and commit on its branch."""
+    """Stage the op's files (all changes when none are named) in its worktree and commit on its branch.
+
+    Hot path of every batch: only `git add` and `git commit` run as processes per op; branch and
+    head are read from the ref files, and commit messages through the clone's one `cat-file` process
+    (worktrees share its object database).
+    """
     wt_path = Path(op.worktree)
     if not wt_path.is_dir():
         raise OpFailed(f"worktree {op.worktree} does not exist on this worker")
-    try:
-        worktree = Repo(wt_path)
-    except (InvalidGitRepositoryError, NoSuchPathError):
-        raise OpFailed(f"worktree {op.worktree} is not a git checkout") from None
-    if _common_dir(worktree) != _common_dir(repo):
+    worktree = _open_worktree(op.worktree)
+    if Path(worktree.common_dir).resolve() != Path(repo.common_dir).resolve():
         raise OpFailed(f"worktree {op.worktree} belongs to another repository than {repo.working_dir}")
-    try:
-        current = worktree.git.symbolic_ref("--quiet", "--short", "HEAD")
-    except GitCommandError:
-        current = ""
+    current = "" if worktree.head.is_detached else worktree.head.ref.name
     if current != op.branch:
         raise OpFailed(
             f"worktree {op.worktree} is on {current or 'a detached HEAD'}, not on branch {op.branch}; "
@@ -103,22 +119,26 @@ def apply_commit(repo: Repo, op: GitOp) -> Applied:
         if resolved != root and root not in resolved.parents:
             raise OpFailed(f"file {name} resolves outside the worktree {op.worktree}")
 
-    head = _rev(worktree, "HEAD")
-    if head and _has_op_trailer(worktree, head, op):
+    head = _head_sha(worktree)
+    if head is not None and _trailer_line(op) in repo.commit(head).message.splitlines():
         return Applied(f"refs/heads/{op.branch}", head, made_commit=False, note="already committed")
     if op.files:
         worktree.git.add("-A", "--", *op.files)
     else:
         worktree.git.add("-A")
-    staged, _, _ = worktree.git.diff(
-        "--cached", "--quiet", with_exceptions=False, with_extended_output=True
+    status, out, err = worktree.git.commit(
+        *_message_with_trailer(op, ""),
+        env=commit_env(worktree),
+        with_exceptions=False,
+        with_extended_output=True,
     )
-    if staged == 0:
-        if not head:
-            raise OpFailed(f"nothing to commit on new branch {op.branch}")
-        return Applied(f"refs/heads/{op.branch}", head, made_commit=False, note="nothing to commit")
-    worktree.git.commit(*_message_with_trailer(op, ""), env=identity_env(worktree))
-    return Applied(f"refs/heads/{op.branch}", worktree.head.commit.hexsha, made_commit=True)
+    if status != 0:
+        if "nothing to commit" in out or "nothing added to commit" in out:
+            if head is None:
+                raise OpFailed(f"nothing to commit on new branch {op.branch}")
+            return Applied(f"refs/heads/{op.branch}", head, made_commit=False, note="nothing to commit")
+        raise OpFailed(f"git commit failed: {(err or out).strip().splitlines()[-1]}")
+    return Applied(f"refs/heads/{op.branch}", _head_sha(worktree) or "", made_commit=True)
 
 
 def default_branch(repo: Repo, remote: str) -> str:
@@ -196,7 +216,7 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
         "-p",
         source,
         *_message_with_trailer(op, f"Merge branch '{op.branch}' into {target}"),
-        env=identity_env(repo),
+        env=commit_env(repo),
     ).strip()
     checkout = _checked_out_at(repo, target)
     if checkout is not None:
@@ -235,3 +255,67 @@ def apply_op(repo: Repo, op: GitOp, remote: str) -> Applied:
         detail = (err.stderr or str(err)).strip().splitlines()
         raise OpFailed(f"git {op.op_type} failed: {detail[-1] if detail else err}") from None
     raise OpFailed(f"unknown op_type {op.op_type!r}")
+
+
+def _parallel_waves(ops: list[GitOp]) -> list[list[GitOp]]:
+    """Split ops into waves that may run at once without changing the outcome of running in order.
+
+    Only consecutive commit ops on distinct branches and worktrees share a wave: they touch
+    separate refs and indexes. Any other op (merge, push) is a wave of its own, a barrier.
+    """
+    waves: list[list[GitOp]] = []
+    current: list[GitOp] = []
+    seen: set[str] = set()
+    for op in ops:
+        keys = {f"b:{op.branch}", f"w:{op.worktree}"}
+        if op.op_type == "commit" and not keys & seen:
+            current.append(op)
+            seen |= keys
+            continue
+        if current:
+            waves.append(current)
+        if op.op_type == "commit":
+            current, seen = [op], keys
+        else:
+            waves.append([op])
+            current, seen = [], set()
+    if current:
+        waves.append(current)
+    return waves
+
+
+def apply_batch(repo_path: str, ops: list[GitOp], remote: str, workers: int = 4) -> dict[str, Applied | OpFailed]:
+    """Apply ops with the effect of applying them in order, running independent commits in parallel.
+
+    GitPython objects are not thread-safe, so every thread opens its own `Repo` of the clone.
+    """
+    local = threading.local()
+    opened: list[Repo] = []
+    lock = threading.Lock()
+
+    def repo_for_thread() -> Repo:
+        if not hasattr(local, "repo"):
+            local.repo = Repo(repo_path)
+            with lock:
+                opened.append(local.repo)
+        return local.repo
+
+    def apply_one(op: GitOp) -> Applied | OpFailed:
+        try:
+            return apply_op(repo_for_thread(), op, remote)
+        except OpFailed as err:
+            return err
+
+    results: dict[str, Applied | OpFailed] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="git-apply") as pool:
+            for wave in _parallel_waves(ops):
+                if len(wave) == 1:
+                    results[wave[0].id] = pool.submit(apply_one, wave[0]).result()
+                    continue
+                for op, result in zip(wave, pool.map(apply_one, wave)):
+                    results[op.id] = result
+    finally:
+        for repo in opened:
+            repo.close()
+    return results

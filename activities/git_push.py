@@ -10,7 +10,7 @@ from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.git_ops import Applied, OpFailed, apply_op
+from activities.git_ops import Applied, OpFailed, apply_batch
 from taskfleet.models import (
     OUTCOME_FAILED,
     OUTCOME_LANDED,
@@ -81,12 +81,12 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
     applied: dict[str, Applied] = {}
     failures: dict[str, str] = {}
     refs: list[str] = []
+    results = apply_batch(params.repo, params.ops, params.remote)
     for op in params.ops:
-        try:
-            result = apply_op(repo, op, params.remote)
-        except OpFailed as err:
-            failures[op.id] = str(err)
-            activity.logger.warning("op %s (%s %s) failed: %s", op.id, op.op_type, op.branch, err)
+        result = results[op.id]
+        if isinstance(result, OpFailed):
+            failures[op.id] = str(result)
+            activity.logger.warning("op %s (%s %s) failed: %s", op.id, op.op_type, op.branch, result)
             continue
         applied[op.id] = result
         if result.ref not in refs:

@@ -23,6 +23,9 @@ from taskfleet.devserver import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
 from taskfleet.search_attributes import ALL as SEARCH_ATTRIBUTES
 from taskfleet.settings import TaskfleetSettings
+from taskfleet.testing import GitRemoteFixture, git, make_git_remote
+
+__all__ = ["GitRemoteFixture", "git", "make_git_remote"]
 
 ROOT = Path(__file__).resolve().parent.parent
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -103,69 +106,7 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-# --- git ----------------------------------------------------------------------------------------
-
-
-def git(cwd: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
-    return proc.stdout.strip()
-
-
-@dataclass
-class GitRemoteFixture:
-    """A clone with a bare `origin`, whose pre-receive hook counts the pushes it receives."""
-
-    clone: Path
-    remote: Path
-    push_log: Path
-
-    def pushes(self) -> int:
-        if not self.push_log.exists():
-            return 0
-        return len(self.push_log.read_text().splitlines())
-
-    def remote_ref(self, branch: str) -> str | None:
-        out = git(self.remote, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
-        return out or None
-
-    def worktree(self, branch: str, base: str = "main") -> Path:
-        path = self.clone.parent / "wt" / branch.replace("/", "_")
-        git(self.clone, "worktree", "add", "-q", "-b", branch, str(path), base)
-        return path
-
-    def change(self, worktree: Path, name: str, content: str) -> None:
-        target = worktree / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-
-    def install_hook(self, name: str, body: str) -> None:
-        hook = self.remote / "hooks" / name
-        hook.write_text("#!/bin/sh\n" + body)
-        hook.chmod(0o755)
-
-
-def make_git_remote(root: Path) -> GitRemoteFixture:
-    root.mkdir(parents=True, exist_ok=True)
-    remote = root / "remote.git"
-    clone = root / "clone"
-    push_log = root / "pushes.log"
-    git(root, "init", "-q", "--bare", "-b", "main", str(remote))
-    seed = root / "seed"
-    git(root, "init", "-q", "-b", "main", str(seed))
-    (seed / "README.md").write_text("seed\n")
-    (seed / "shared.txt").write_text("line 1\nline 2\nline 3\n")
-    git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "seed")
-    git(seed, "push", "-q", str(remote), "main")
-    git(root, "clone", "-q", str(remote), str(clone))
-    fixture = GitRemoteFixture(clone=clone, remote=remote, push_log=push_log)
-    # Installed after the seed push, so only pushes under test are counted.
-    fixture.install_hook("pre-receive", f'cat > /dev/null\necho push >> "{push_log}"\n')
-    return fixture
+# --- git ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture

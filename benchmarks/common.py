@@ -1,0 +1,57 @@
+"""Shared set-up for benchmarks: a real dev server and a worker with the plugin, in this process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from taskfleet.devserver import find_temporal_cli  # noqa: E402
+from taskfleet.plugin import TaskfleetPlugin  # noqa: E402
+from taskfleet.search_attributes import ALL  # noqa: E402
+from taskfleet.settings import TaskfleetSettings  # noqa: E402
+
+# The dev server prints a banner on the stdout it inherits: keep fd 1 for our JSON alone.
+_JSON_OUT = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+
+for key, value in {
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@taskfleet.invalid",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@taskfleet.invalid",
+}.items():
+    os.environ.setdefault(key, value)
+
+
+@asynccontextmanager
+async def temporal_worker(task_queue: str, state_dir: Path, **worker_kwargs) -> AsyncIterator[Client]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_temporal_cli(), search_attributes=ALL, dev_server_log_level="error"
+    )
+    try:
+        worker = Worker(
+            env.client,
+            task_queue=task_queue,
+            plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=state_dir))],
+            **worker_kwargs,
+        )
+        async with worker:
+            yield env.client
+    finally:
+        await env.shutdown()
+
+
+def emit(figures: dict) -> None:
+    _JSON_OUT.write(json.dumps(figures, indent=2) + "\n")
+    _JSON_OUT.flush()
