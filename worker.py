@@ -124,9 +124,22 @@ async def run(args: argparse.Namespace) -> None:
             f"ui={ui_url}{metrics} pid={os.getpid()}",
             flush=True,
         )
-        async with worker:
-            await stop.wait()
+        # Run as a task so that a failed start (a template that does not compile, say) ends us
+        # with its message instead of waiting for a Ctrl-C that nobody will send.
+        running = asyncio.create_task(worker.run())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not running.done():
             print("taskfleet worker: shutting down", flush=True)
+            await worker.shutdown()
+        stopping.cancel()
+        try:
+            await running
+        except StartupError:
+            raise
+        except Exception as err:
+            if not stop.is_set():
+                raise StartupError(f"the worker stopped: {err}") from None
     print("taskfleet worker: stopped", flush=True)
 
 

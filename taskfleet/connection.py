@@ -10,11 +10,10 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from taskfleet.errors import StartupError
+
 DEFAULT_ADDRESS = "localhost:7233"
-
-
-class StartupError(RuntimeError):
-    """Bad configuration found at start; printed as one line, never a traceback."""
+__all__ = ["StartupError", "connect", "load_connect_config"]
 
 
 def load_connect_config(address: str | None = None, namespace: str | None = None) -> dict[str, Any]:

@@ -10,9 +10,10 @@ from temporalio.plugin import SimplePlugin
 from taskfleet.services import WorkerServices
 from taskfleet.settings import TaskfleetSettings
 from workflows.git_batcher import GitBatchWorkflow
+from workflows.lessons_query import LessonsQueryWorkflow
 from workflows.smoke import SmokeWorkflow
 
-WORKFLOWS: list[type] = [SmokeWorkflow, GitBatchWorkflow]
+WORKFLOWS: list[type] = [SmokeWorkflow, GitBatchWorkflow, LessonsQueryWorkflow]
 
 
 def _appending(extra: Callable[[], Sequence[Any]]) -> Callable[[Sequence[Any] | None], list[Any]]:
