@@ -56,11 +56,19 @@ def _push_reason(info: PushInfo) -> str:
     return f"push of {info.remote_ref_string} failed: {summary}"
 
 
-def push_refs(repo: Repo, remote: str, refs: list[str], atomic: bool) -> dict[str, PushInfo]:
-    """One `git push` carrying every ref; raises (retryably) only when the push as a whole failed."""
+def push_refs(
+    repo: Repo, remote: str, refs: list[str], atomic: bool, leased: list[str] | None = None
+) -> dict[str, PushInfo]:
+    """One `git push` carrying every ref; raises (retryably) only when the push as a whole failed.
+
+    `leased` refs may move non-fast-forward, but only from where this clone last saw them.
+    """
     refspecs = [f"{ref}:{ref}" for ref in refs]
+    options: dict = {"atomic": atomic}
+    if leased:
+        options["force_with_lease"] = [f"{ref}:{_seen_on_remote(repo, remote, ref)}" for ref in leased]
     try:
-        infos = repo.remote(remote).push(refspecs, atomic=atomic)
+        infos = repo.remote(remote).push(refspecs, **options)
     except GitCommandError as err:
         detail = (err.stderr or str(err)).strip()
         raise ApplicationError(f"git push to {remote} failed: {detail}", type="PushFailed") from None
@@ -72,6 +80,15 @@ def push_refs(repo: Repo, remote: str, refs: list[str], atomic: bool) -> dict[st
                 type="PushRace",
             )
     return results
+
+
+def _seen_on_remote(repo: Repo, remote: str, ref: str) -> str:
+    """The lease's expected value: the remote-tracking ref, or empty (the ref must not exist yet)."""
+    tracking = ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1)
+    status, out, _ = repo.git.rev_parse(
+        "--verify", "--quiet", tracking, with_exceptions=False, with_extended_output=True
+    )
+    return out.strip() if status == 0 else ""
 
 
 def land_batch(params: PushBatchInput) -> PushBatchOutput:
@@ -92,7 +109,8 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
         if result.ref not in refs:
             refs.append(result.ref)
 
-    push_results = push_refs(repo, params.remote, refs, params.atomic) if refs else {}
+    leased = sorted({applied[op.id].ref for op in params.ops if op.force and op.id in applied})
+    push_results = push_refs(repo, params.remote, refs, params.atomic, leased) if refs else {}
     outcomes: list[OpOutcome] = []
     for op in params.ops:
         outcome = OpOutcome(op_id=op.id, op_type=op.op_type, branch=op.branch, status=OUTCOME_FAILED)

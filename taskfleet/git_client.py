@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from dataclasses import asdict
 from typing import Any
 
@@ -23,15 +21,13 @@ from taskfleet.models import (
     GitBatchStatus,
     GitOp,
 )
+from taskfleet.naming import git_batch_workflow_id as _pure_workflow_id
 from taskfleet.search_attributes import TASKFLEET_KIND, TASKFLEET_REPO
 
 
 def git_batch_workflow_id(repo: str, remote: str = "origin") -> str:
-    """`taskfleet-git-<clone name>-<remote>-<hash of the clone's absolute path>`: readable and unique."""
-    path = os.path.abspath(repo)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(path.rstrip("/")) or "repo")[:40]
-    digest = hashlib.sha256(f"{path}\0{remote}".encode()).hexdigest()[:8]
-    return f"taskfleet-git-{name}-{remote}-{digest}"
+    """The batcher's workflow id for a clone (relative paths resolved here) and remote."""
+    return _pure_workflow_id(os.path.abspath(repo), remote)
 
 
 def _start_options(config: GitBatchConfig, task_queue: str) -> dict[str, Any]:

@@ -84,6 +84,8 @@ def parse_git_op(raw: Any) -> GitOp:
         )
     if not raw.get("branch"):
         raise InvalidGitOp("missing field 'branch'")
+    if not isinstance(raw.get("force", False), bool):
+        raise InvalidGitOp("field 'force' must be true or false")
     files = raw.get("files") or []
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         raise InvalidGitOp("field 'files' must be a list of paths")
@@ -96,6 +98,7 @@ def parse_git_op(raw: Any) -> GitOp:
         worktree=raw.get("worktree") or "",
         target=raw.get("target") or "",
         reply_to=raw.get("reply_to") or "",
+        force=bool(raw.get("force", False)),
     )
     problem = branch_name_problem(op.branch)
     if problem:
@@ -109,6 +112,8 @@ def parse_git_op(raw: Any) -> GitOp:
             raise InvalidGitOp("a commit op needs a non-empty 'message'")
         if not op.worktree:
             raise InvalidGitOp("a commit op needs 'worktree' (where the changes are)")
+    if op.force and op.op_type != "push":
+        raise InvalidGitOp("'force' applies to push ops only")
     if op.op_type == "merge" and op.target == op.branch:
         raise InvalidGitOp(f"cannot merge branch {op.branch!r} into itself")
     if op.worktree and not op.worktree.startswith("/"):

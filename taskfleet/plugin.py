@@ -11,9 +11,10 @@ from taskfleet.services import WorkerServices
 from taskfleet.settings import TaskfleetSettings
 from workflows.git_batcher import GitBatchWorkflow
 from workflows.lessons_query import LessonsQueryWorkflow
+from workflows.orchestrator import OrchestratorWorkflow
 from workflows.smoke import SmokeWorkflow
 
-WORKFLOWS: list[type] = [SmokeWorkflow, GitBatchWorkflow, LessonsQueryWorkflow]
+WORKFLOWS: list[type] = [SmokeWorkflow, GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow]
 
 
 def _appending(extra: Callable[[], Sequence[Any]]) -> Callable[[Sequence[Any] | None], list[Any]]:

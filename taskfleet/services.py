@@ -12,6 +12,7 @@ from activities.lessons import LessonsActivities
 from activities.lessons_index import LessonsIndex
 from activities.result_cache import ResultCache
 from activities.smoke import SmokeActivities
+from activities.tasks import TaskActivities
 from activities.templates import TemplateCache
 from taskfleet.settings import TaskfleetSettings
 
@@ -34,6 +35,7 @@ class WorkerServices:
         self.smoke = SmokeActivities()
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
+        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
         self.started = False
 
     def activities(self) -> list[Callable]:
@@ -43,6 +45,7 @@ class WorkerServices:
             self.lesson_activities.query_lessons,
             self.lesson_activities.record_lesson,
             self.lesson_activities.lessons_stats,
+            self.tasks.run_task,
         ]
 
     async def start(self) -> None:
@@ -55,6 +58,9 @@ class WorkerServices:
                 stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10],
             )
         await asyncio.to_thread(self.result_cache.open)
+        stale = await asyncio.to_thread(self.tasks.worktrees.prune_stale)
+        if stale:
+            log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
         log.info(
             "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s",
             stats.lessons, stats.build_seconds, len(names), ", ".join(names), self.settings.result_cache_path,

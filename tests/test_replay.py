@@ -15,7 +15,13 @@ from temporalio.worker import Replayer
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import HISTORIES
 
-EXPECTED = {"smoke", "git_batcher_ten_ops", "git_batcher_after_continue_as_new"}
+EXPECTED = {
+    "smoke",
+    "git_batcher_ten_ops",
+    "git_batcher_after_continue_as_new",
+    "orchestrator_nine_tasks",
+    "orchestrator_continue_as_new",
+}
 
 
 def load_histories() -> list[WorkflowHistory]:

@@ -1,0 +1,243 @@
+"""The `run_task` activity: worktree, prompt, executor, verification, commit, landing op."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from git import Repo
+from git.exc import GitCommandError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.executor import run_command, tail
+from activities.git_ops import OpFailed, commit_env
+from activities.lessons_index import LessonsIndex
+from activities.result_cache import ResultCache, cache_key
+from activities.templates import TEMPLATE_SUFFIXES, TemplateCache, TemplateRenderError
+from activities.worktrees import RUN_TRAILER, TASK_TRAILER, Worktree, WorktreeManager
+from taskfleet.git_client import GitBatcherClient
+from taskfleet.models import (
+    TASK_FAILED,
+    TASK_SUCCEEDED,
+    GitBatchConfig,
+    GitOp,
+    Lesson,
+    LessonQuery,
+    TaskInput,
+    TaskResult,
+)
+from taskfleet.naming import landing_op_id, slug
+from taskfleet.settings import TaskfleetSettings
+
+PROMPT_LESSONS = 10
+
+
+class TaskActivities:
+    def __init__(
+        self,
+        settings: TaskfleetSettings,
+        lessons: LessonsIndex,
+        templates: TemplateCache,
+        results: ResultCache,
+    ) -> None:
+        self.settings = settings
+        self.lessons = lessons
+        self.templates = templates
+        self.results = results
+        self.worktrees = WorktreeManager(settings.worktrees_dir)
+
+    @activity.defn(name="run_task")
+    async def run_task(self, params: TaskInput) -> TaskResult:
+        task = params.task
+        started = time.monotonic()
+        logs = self.settings.logs_dir / slug(params.run_key, 120)
+        log_path = logs / f"{slug(task.id, 64)}.log"
+        result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
+        activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, activity.info().attempt)
+        if not task.worktree:
+            scratch = Path(tempfile.mkdtemp(prefix=f"{slug(task.id)}-", dir=self.settings.state_dir))
+            try:
+                await self._execute(params, scratch, self._prompt_file(params, logs, log_path), log_path, result)
+            finally:
+                await asyncio.to_thread(shutil.rmtree, scratch, True)
+                result.seconds = time.monotonic() - started
+            if result.status == TASK_FAILED and result.failure_type:
+                await self._record_lesson(params, result)
+            return result
+        try:
+            worktree = await asyncio.to_thread(
+                self.worktrees.create, params.repo, params.remote, task.id, task.branch, params.base, params.run_key
+            )
+        except OpFailed as err:
+            raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
+        try:
+            await self._run(params, worktree, logs, log_path, result)
+        finally:
+            await asyncio.shield(asyncio.to_thread(self.worktrees.remove, params.repo, worktree))
+            result.seconds = time.monotonic() - started
+        if result.status == TASK_FAILED and result.failure_type:
+            await self._record_lesson(params, result)
+        return result
+
+    async def _run(self, params: TaskInput, worktree: Worktree, logs: Path, log_path: Path, result: TaskResult) -> None:
+        task = params.task
+        if worktree.resumed_commit:
+            # A retry after a crash: this run already committed the task; only landing is left.
+            result.status, result.commit, result.resumed = TASK_SUCCEEDED, worktree.resumed_commit, True
+            await self._land(params, result)
+            return
+        prompt_file = self._prompt_file(params, logs, log_path)
+        prompt = prompt_file.read_text()
+        result.prompt_hash = cache_key(prompt=prompt)[:16]
+        key = cache_key(
+            activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
+            base_tree=await asyncio.to_thread(_tree_of, params.repo, worktree.base_commit),
+        )
+        cached = None if task.refresh else self.results.get(key)
+        if cached is not None:
+            try:
+                await asyncio.to_thread(_check_out, worktree.path, cached["commit"])
+            except GitCommandError:  # the commit is not in this clone: run the task after all
+                cached = None
+        if cached is not None:
+            for name in ("exec_exit_code", "verify_exit_code", "exec_seconds", "verify_seconds", "output_tail"):
+                setattr(result, name, cached.get(name))
+            result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, cached["commit"], True
+            await self._land(params, result)
+            return
+
+        if not await self._execute(params, worktree.path, prompt_file, log_path, result):
+            return
+        result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope, params.run_key)
+        self.results.put(key, {
+            "commit": result.commit, "exec_exit_code": result.exec_exit_code,
+            "verify_exit_code": result.verify_exit_code, "exec_seconds": result.exec_seconds,
+            "verify_seconds": result.verify_seconds, "output_tail": result.output_tail,
+        })
+        await self._land(params, result)
+
+    async def _execute(self, params: TaskInput, cwd: Path, prompt_file: Path, log_path: Path, result: TaskResult) -> bool:
+        """Executor, then verification, in `cwd`; fills `result` and says whether both passed."""
+        task = params.task
+        env = {
+            **os.environ,
+            "TASKFLEET_TASK_ID": task.id,
+            "TASKFLEET_BRANCH": task.branch,
+            "TASKFLEET_BASE": params.base,
+            "TASKFLEET_WORKTREE": str(cwd),
+            "TASKFLEET_PROMPT": prompt_file.read_text(),
+            "TASKFLEET_PROMPT_FILE": str(prompt_file),
+        }
+        heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
+        executed = await run_command(task.run, cwd, env, log_path, task.timeout_seconds, heartbeat, "run")
+        result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
+        if executed.timed_out or executed.exit_code != 0:
+            result.failure_type = "timeout" if executed.timed_out else "exec_failed"
+            result.reason = (
+                f"executor timed out after {task.timeout_seconds:g}s"
+                if executed.timed_out
+                else f"executor exited with {executed.exit_code}"
+            )
+            result.output_tail = tail(log_path)
+            return False
+        verified = await run_command(task.verify, cwd, env, log_path, task.timeout_seconds, heartbeat, "verify")
+        result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
+        result.output_tail = tail(log_path)
+        if verified.timed_out or verified.exit_code != 0:
+            result.failure_type = "timeout" if verified.timed_out else "verify_failed"
+            result.reason = (
+                f"verification timed out after {task.timeout_seconds:g}s"
+                if verified.timed_out
+                else f"verification `{task.verify}` exited with {verified.exit_code}"
+            )
+            return False
+        result.status = TASK_SUCCEEDED
+        return True
+
+    def _prompt_file(self, params: TaskInput, logs: Path, log_path: Path) -> Path:
+        """Render the prompt and write it beside the log (outside the worktree: never committed)."""
+        prompt_file = log_path.with_suffix(".prompt.md")
+        prompt_file.parent.mkdir(parents=True, exist_ok=True)
+        prompt_file.write_text(self._prompt(params))
+        return prompt_file
+
+    def _prompt(self, params: TaskInput) -> str:
+        task = params.task
+        query = LessonQuery(task_type=task.task_type, activity_type=task.activity_type, limit=PROMPT_LESSONS)
+        lessons = [asdict(m.lesson) for m in self.lessons.query(query)]
+        context = {"task": asdict(task), "board": {"base": params.base, "land": params.land}, "lessons": lessons}
+        try:
+            if task.template.endswith(TEMPLATE_SUFFIXES) and "{" not in task.template:
+                return self.templates.render(task.template, context).text
+            return self.templates.render_inline(task.template, context).text
+        except TemplateRenderError as err:
+            raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
+
+    async def _land(self, params: TaskInput, result: TaskResult) -> None:
+        """Hand the branch to the clone's GitBatchWorkflow; it tells the orchestrator when it lands."""
+        task = params.task
+        op = GitOp(
+            op_type="merge" if params.land == "merge" else "push",
+            branch=task.branch,
+            target=params.base if params.land == "merge" else "",
+            id=landing_op_id(params.run_key, task.id),
+            reply_to=params.reply_to,
+            message=f"Merge {task.id}: {task.scope}"[:200] if params.land == "merge" else "",
+            # A task branch belongs to taskfleet: a re-run replaces what an earlier run pushed.
+            force=params.land != "merge",
+        )
+        config = GitBatchConfig(
+            repo=params.repo, remote=params.remote, max_batch_size=params.git_max_batch_size,
+            max_batch_age_seconds=params.git_max_batch_age_seconds,
+        )
+        await GitBatcherClient(activity.client(), config, params.git_task_queue).enqueue(op)
+        result.landing_op_id = op.id
+
+    async def _record_lesson(self, params: TaskInput, result: TaskResult) -> None:
+        task = params.task
+        lesson = Lesson(
+            task_type=task.task_type, activity_type=task.activity_type, failure_type=result.failure_type,
+            failure_msg=f"{result.reason}\n{result.output_tail[-1500:]}",
+            metadata={"task_id": task.id, "branch": task.branch, "run": params.run_key, "log": result.log_path},
+        )
+        try:
+            await asyncio.to_thread(self.lessons.record, lesson)
+        except OSError as err:
+            activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
+
+
+def _tree_of(repo_path: str, commit: str) -> str:
+    repo = Repo(repo_path)
+    try:
+        return repo.git.rev_parse(f"{commit}^{{tree}}")
+    finally:
+        repo.close()
+
+
+def _check_out(worktree: Path, commit: str) -> None:
+    """Point the task branch (checked out in the worktree) at a cached commit."""
+    repo = Repo(worktree)
+    try:
+        repo.git.reset("--hard", commit)
+    finally:
+        repo.close()
+
+
+def _commit(worktree: Path, task_id: str, scope: str, run_key: str) -> str:
+    repo = Repo(worktree)
+    try:
+        repo.git.add("-A")
+        title = f"{task_id}: {scope}" if scope else task_id
+        repo.git.commit(
+            "--allow-empty", "-m", title[:200], "-m", f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}",
+            env=commit_env(repo),
+        )
+        return repo.head.commit.hexsha
+    finally:
+        repo.close()

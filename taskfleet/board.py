@@ -1,0 +1,205 @@
+"""Boards: the markdown table of `tasks/board-*.md` files, or TOML for richer ones.
+
+Parsing is all-or-nothing: a bad board is refused with one error naming its line or key, and
+nothing starts.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from taskfleet.gitops import branch_name_problem
+from taskfleet.models import Board, TaskSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
+BOARD_KEYS = {"name", "base", "max_parallel", "land", "run", "verify", "template", "task_type",
+              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks"}
+TASK_KEYS = {f.name for f in fields(TaskSpec)} - {"acceptance"}
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class BoardError(ValueError):
+    """The board cannot run as written; the message names the line or key to fix."""
+
+
+def load_board(path: Path | str, **overrides: Any) -> Board:
+    """Parse a `.md` or `.toml` board; `overrides` are the CLI's board-wide settings (--run, ...)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise BoardError(f"cannot read board {path}: {err.strerror}") from None
+    if path.suffix == ".toml":
+        board = parse_toml_board(text, source=str(path), **overrides)
+    else:
+        board = parse_markdown_board(text, source=str(path), **overrides)
+    board.path = str(path)
+    return board
+
+
+def _defaults(overrides: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in overrides.items() if v not in (None, "")}
+
+
+def parse_markdown_board(text: str, source: str = "board.md", **overrides: Any) -> Board:
+    """The table with columns ID | Scope | Status | Branch | Verification; status `[ ]` or `[x]`."""
+    lines = text.splitlines()
+    header_at = None
+    columns: list[str] = []
+    for number, line in enumerate(lines, 1):
+        cells = _cells(line)
+        if cells and {c.lower() for c in cells} >= set(MARKDOWN_COLUMNS):
+            header_at, columns = number, [c.lower() for c in cells]
+            break
+    if header_at is None:
+        raise BoardError(
+            f"{source}: no task table found; it needs the columns {' | '.join(c.title() for c in MARKDOWN_COLUMNS)}"
+        )
+    settings = _defaults(overrides)
+    tasks: list[TaskSpec] = []
+    for number in range(header_at + 1, len(lines) + 1):
+        line = lines[number - 1]
+        cells = _cells(line)
+        if not cells:
+            if line.strip():
+                break  # the table ended
+            continue
+        if all(set(c) <= set("-: ") for c in cells):
+            continue  # the |---|---| separator
+        if len(cells) != len(columns):
+            raise BoardError(f"{source}:{number}: expected {len(columns)} cells, found {len(cells)}")
+        row = dict(zip(columns, cells))
+        status = row["status"].strip().lower()
+        if status not in ("[ ]", "[x]", "[]"):
+            raise BoardError(f"{source}:{number}: status must be [ ] or [x], got {row['status']!r}")
+        verification = row["verification"].strip()
+        command = verification[1:-1] if re.fullmatch(r"`[^`]+`", verification) else ""
+        spec = TaskSpec(
+            id=row["id"].strip(),
+            scope=row["scope"].strip(),
+            branch=row["branch"].strip().strip("`").strip(),
+            verify=command,
+            acceptance="" if command else verification,
+            done=status == "[x]",
+        )
+        explicit = {"id", "scope", "branch", "done"} | ({"verify"} if command else set())
+        tasks.append(_with_defaults(spec, settings, explicit, f"{source}:{number}"))
+    return _checked(Board(tasks=tasks, name=Path(source).stem, format="markdown", **_board_settings(settings)), source)
+
+
+def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) -> Board:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise BoardError(f"{source}: not valid TOML: {err}") from None
+    unknown = sorted(set(data) - BOARD_KEYS)
+    if unknown:
+        raise BoardError(f"{source}: unknown board key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(BOARD_KEYS))}")
+    rows = data.pop("tasks", None)
+    if not isinstance(rows, list) or not rows:
+        raise BoardError(f"{source}: no [[tasks]] tables")
+    settings = {**data, **_defaults(overrides)}
+    tasks = []
+    for number, row in enumerate(rows, 1):
+        where = f"{source}: [[tasks]] #{number}" + (f" ({row.get('id')})" if isinstance(row, dict) and row.get("id") else "")
+        if not isinstance(row, dict):
+            raise BoardError(f"{where}: must be a table")
+        unknown = sorted(set(row) - TASK_KEYS)
+        if unknown:
+            raise BoardError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(TASK_KEYS))}")
+        try:
+            spec = TaskSpec(**{"id": "", **row})
+        except TypeError as err:
+            raise BoardError(f"{where}: {err}") from None
+        tasks.append(_with_defaults(spec, settings, set(row), where))
+    name = str(settings.get("name") or Path(source).stem)
+    return _checked(Board(tasks=tasks, name=name, format="toml", **_board_settings(settings)), source)
+
+
+def _cells(line: str) -> list[str]:
+    stripped = line.strip()
+    if not stripped.startswith("|"):
+        return []
+    return [c.strip() for c in stripped.strip("|").split("|")]
+
+
+def _board_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: settings[k] for k in ("base", "max_parallel", "land") if k in settings}
+
+
+DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree")
+
+
+def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str], where: str) -> TaskSpec:
+    """Board-wide settings fill every task field the task itself did not set."""
+    spec = replace(spec, **{k: settings[k] for k in DEFAULTABLE if k in settings and k not in explicit})
+    if not spec.branch:
+        spec.branch = f"task/{spec.id}"
+    for name in ("id", "scope", "branch", "run", "verify", "template", "task_type", "activity_type"):
+        if not isinstance(getattr(spec, name), str):
+            raise BoardError(f"{where}: '{name}' must be a string")
+    for name in ("refresh", "worktree", "done"):
+        if not isinstance(getattr(spec, name), bool):
+            raise BoardError(f"{where}: '{name}' must be true or false")
+    if not isinstance(spec.timeout_seconds, (int, float)) or spec.timeout_seconds <= 0:
+        raise BoardError(f"{where}: timeout_seconds must be a number > 0")
+    return spec
+
+
+def _checked(board: Board, source: str) -> Board:
+    if not board.tasks:
+        raise BoardError(f"{source}: the board has no tasks")
+    if board.land not in ("push", "merge"):
+        raise BoardError(f"{source}: land must be 'push' or 'merge', got {board.land!r}")
+    if not isinstance(board.max_parallel, int) or board.max_parallel < 1:
+        raise BoardError(f"{source}: max_parallel must be a whole number >= 1")
+    problem = branch_name_problem(board.base)
+    if problem:
+        raise BoardError(f"{source}: base: {problem}")
+    seen: dict[str, str] = {}
+    branches: dict[str, str] = {}
+    for task in board.tasks:
+        if not _TASK_ID.match(task.id):
+            raise BoardError(f"{source}: task id {task.id!r} must be letters, digits, '.', '_' or '-' (at most 64)")
+        if task.id in seen:
+            raise BoardError(f"{source}: duplicate task id {task.id}")
+        seen[task.id] = task.id
+        problem = branch_name_problem(task.branch)
+        if problem:
+            raise BoardError(f"{source}: task {task.id}: {problem}")
+        if task.branch in branches:
+            raise BoardError(f"{source}: tasks {branches[task.branch]} and {task.id} share branch {task.branch}")
+        if task.branch == board.base:
+            raise BoardError(f"{source}: task {task.id} works on the base branch {board.base}")
+        branches[task.branch] = task.id
+        if not task.done:
+            if not task.run.strip():
+                raise BoardError(f"{source}: task {task.id} has no run command (set `run`, or --run)")
+            if not task.verify.strip():
+                raise BoardError(f"{source}: task {task.id} has no verify command (set `verify`, or --verify)")
+    return board
+
+
+def render_markdown_status(text: str, landed: set[str]) -> str:
+    """The board's text with `[x]` for every landed task (rows otherwise untouched)."""
+    out = []
+    columns: list[str] = []
+    for line in text.splitlines(keepends=True):
+        cells = _cells(line)
+        if cells and {c.lower() for c in cells} >= set(MARKDOWN_COLUMNS):
+            columns = [c.lower() for c in cells]
+        elif columns and len(cells) == len(columns):
+            row = dict(zip(columns, cells))
+            if row["id"] in landed and row["status"].strip() in ("[ ]", "[]"):
+                line = line.replace(row["status"], "[x]", 1)
+        out.append(line)
+    return "".join(out)

@@ -1,0 +1,32 @@
+"""Workflow ids that mean something, computed the same way by clients, activities and workflows."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slug(text: str, limit: int = 40) -> str:
+    return _UNSAFE.sub("-", text).strip("-")[:limit] or "x"
+
+
+def git_batch_workflow_id(repo: str, remote: str = "origin") -> str:
+    """`taskfleet-git-<clone name>-<remote>-<hash of the clone's absolute path>`: readable and unique.
+
+    `repo` must be absolute (callers resolve it first), so this stays a pure function.
+    """
+    path = posixpath.normpath(repo)
+    digest = hashlib.sha256(f"{path}\0{remote}".encode()).hexdigest()[:8]
+    return f"taskfleet-git-{slug(posixpath.basename(path) or 'repo')}-{remote}-{digest}"
+
+
+def orchestrator_workflow_id(board_name: str, unique: str) -> str:
+    return f"taskfleet-run-{slug(board_name)}-{unique}"
+
+
+def landing_op_id(run_key: str, task_id: str) -> str:
+    """One op id per (orchestrator run, task): a retried task never lands twice."""
+    return f"{run_key}/{task_id}"

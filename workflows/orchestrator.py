@@ -1,0 +1,278 @@
+"""`OrchestratorWorkflow`: run a board's open tasks in parallel, at most `max_parallel` at once.
+
+Each task is one `run_task` activity (worktree, executor, verification, commit); its branch lands
+through the clone's `GitBatchWorkflow`, which signals `git_ops_landed` back here. History stays
+bounded: past the server's suggestion the workflow stops dispatching, lets running tasks finish,
+and continues as new with only what is not done yet, compact outcomes and counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Optional
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from taskfleet.models import (
+        OUTCOME_FAILED,
+        TASK_CANCELLED,
+        TASK_FAILED,
+        TASK_PENDING,
+        TASK_RUNNING,
+        TASK_SUCCEEDED,
+        GitOpsLanded,
+        OrchestratorInput,
+        OrchestratorProgress,
+        OrchestratorResult,
+        OrchestratorState,
+        TaskInput,
+        TaskOutcome,
+        TaskProgress,
+        TaskResult,
+        TaskSpec,
+    )
+    from taskfleet.naming import git_batch_workflow_id, landing_op_id
+
+TASK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=20),
+    maximum_attempts=3,
+    non_retryable_error_types=["BadTaskSetup", "TemplateError"],
+)
+
+
+def _summary(task: TaskSpec) -> str:
+    """`T2.3: Prompt template caching`: the task id and the head of its scope, for the UI."""
+    head = task.scope.split(":")[0].strip()
+    return f"{task.id}: {head}"[:100] if head else task.id
+
+
+def _cause(err: BaseException) -> str:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err) or type(err).__name__
+
+
+@workflow.defn(name="OrchestratorWorkflow")
+class OrchestratorWorkflow:
+    @workflow.init
+    def __init__(self, params: OrchestratorInput) -> None:
+        self.params = params
+        board = params.board
+        self.tasks: dict[str, TaskSpec] = {t.id: t for t in board.tasks}
+        if params.state is None:
+            self.s = OrchestratorState(
+                pending=[t.id for t in board.tasks if not t.done],
+                outcomes={t.id: TaskOutcome(id=t.id) for t in board.tasks if not t.done},
+            )
+        else:
+            self.s = params.state
+        self.max_parallel = params.max_parallel or board.max_parallel
+        self.git_workflow_id = git_batch_workflow_id(params.repo, params.remote)
+        self._running: dict[str, asyncio.Task] = {}
+        self._draining = False
+
+    @workflow.run
+    async def run(self, params: OrchestratorInput) -> OrchestratorResult:
+        if not self.s.started_at:
+            self.s.started_at = workflow.now().isoformat()
+        if self.max_parallel < 1:
+            raise ApplicationError("max_parallel must be at least 1", non_retryable=True)
+        self.s.stats.largest_history_length = max(
+            self.s.stats.largest_history_length, workflow.info().get_current_history_length()
+        )
+        workflow.logger.info(
+            "board %s: %d pending of %d, max_parallel %d (run %d)",
+            params.board.name, len(self.s.pending), len(self.s.outcomes), self.max_parallel, self.s.stats.runs,
+        )
+        try:
+            await self._dispatch()
+            if self._draining:
+                return await self._continue_as_new()
+            await self._await_landing()
+        except asyncio.CancelledError:
+            await self._cancel_everything()
+            raise
+        return self._result()
+
+    # --- dispatch --------------------------------------------------------------------------------
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        length = info.get_current_history_length()
+        self.s.stats.largest_history_length = max(self.s.stats.largest_history_length, length)
+        if info.is_continue_as_new_suggested():
+            return True
+        limit = self.params.max_history_events
+        return bool(limit) and length >= limit
+
+    async def _dispatch(self) -> None:
+        """Sliding window: start a task whenever a slot is free, until none is pending."""
+        while self.s.pending:
+            await workflow.wait_condition(lambda: len(self._running) < self.max_parallel)
+            if self._should_continue_as_new():
+                self._draining = True
+                break
+            task_id = self.s.pending.pop(0)
+            self._running[task_id] = asyncio.create_task(self._run_one(self.tasks[task_id]))
+            self.s.stats.max_running = max(self.s.stats.max_running, len(self._running))
+            self._refresh_details()
+        await workflow.wait_condition(lambda: not self._running)
+
+    async def _run_one(self, task: TaskSpec) -> None:
+        outcome = self.s.outcomes[task.id]
+        outcome.status = TASK_RUNNING
+        try:
+            result: TaskResult = await workflow.execute_activity(
+                "run_task",
+                TaskInput(
+                    task=task,
+                    repo=self.params.repo,
+                    remote=self.params.remote,
+                    base=self.params.board.base,
+                    land=self.params.board.land,
+                    run_key=workflow.info().workflow_id,
+                    reply_to=workflow.info().workflow_id,
+                    git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
+                    git_max_batch_size=self.params.git_max_batch_size,
+                    git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
+                ),
+                result_type=TaskResult,
+                start_to_close_timeout=timedelta(seconds=2 * task.timeout_seconds + 120),
+                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
+                retry_policy=TASK_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=_summary(task),
+            )
+        except asyncio.CancelledError:
+            outcome.status, outcome.reason = TASK_CANCELLED, "cancelled"
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                outcome.status, outcome.reason = TASK_CANCELLED, "cancelled"
+            else:
+                outcome.status, outcome.reason = TASK_FAILED, _cause(err)
+            workflow.logger.warning("task %s: %s", task.id, outcome.reason)
+        else:
+            outcome.status = result.status
+            outcome.commit, outcome.seconds, outcome.reason = result.commit, result.seconds, result.reason
+            outcome.cache_hit, outcome.log_path = result.cache_hit, result.log_path
+            self.s.stats.task_seconds += result.seconds
+            if result.status == TASK_SUCCEEDED:
+                self.s.stats.cache_hits += int(result.cache_hit)
+                self.s.stats.cache_misses += int(not result.cache_hit and not result.resumed)
+                if result.landing_op_id and not outcome.landed:
+                    self.s.awaiting_landing.setdefault(result.landing_op_id, task.id)
+        finally:
+            self._running.pop(task.id, None)
+            self._refresh_details()
+
+    async def _cancel_everything(self) -> None:
+        """Cancel running tasks and wait until each has cleaned up (killed its processes, removed
+        its worktree); pending tasks never start. What landed stays landed."""
+        for handle in self._running.values():
+            handle.cancel()
+        if self._running:
+            await workflow.wait(list(self._running.values()))
+        for task_id in self.s.pending:
+            self.s.outcomes[task_id].status, self.s.outcomes[task_id].reason = TASK_CANCELLED, "not started"
+        self.s.pending = []
+
+    # --- landing ---------------------------------------------------------------------------------
+
+    @workflow.signal(name="git_ops_landed")
+    def git_ops_landed(self, message: GitOpsLanded) -> None:
+        for outcome in message.outcomes:
+            task_id = self.s.awaiting_landing.pop(outcome.op_id, None)
+            if task_id is None:
+                # The landing may be reported before run_task returned: match by op id instead.
+                task_id = next(
+                    (t for t in self.s.outcomes if landing_op_id(workflow.info().workflow_id, t) == outcome.op_id),
+                    None,
+                )
+            if task_id is None:
+                continue
+            task = self.s.outcomes[task_id]
+            task.landed = outcome.status != OUTCOME_FAILED
+            if not task.landed:
+                task.reason = f"did not land: {outcome.reason}"
+            elif message.batch_id not in self.s.landed_batches:
+                self.s.landed_batches.append(message.batch_id)
+        self._refresh_details()
+
+    async def _await_landing(self) -> None:
+        """Wait (bounded) until every landing op this run sent has been reported."""
+        if self.s.awaiting_landing and not self.s.flush_sent:
+            # Every task has finished: land what is queued now rather than at the batch's age.
+            self.s.flush_sent = True
+            try:
+                await workflow.get_external_workflow_handle(self.git_workflow_id).signal("flush")
+            except Exception as err:  # noqa: BLE001 - the age flush still lands them
+                workflow.logger.warning("could not ask %s to flush: %s", self.git_workflow_id, err)
+        try:
+            await workflow.wait_condition(
+                lambda: not self.s.awaiting_landing, timeout=timedelta(seconds=self.params.land_timeout_seconds)
+            )
+        except asyncio.TimeoutError:
+            for task_id in self.s.awaiting_landing.values():
+                self.s.outcomes[task_id].reason = f"not landed within {self.params.land_timeout_seconds:g}s"
+            self.s.awaiting_landing.clear()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    # --- continue-as-new, results, queries ---------------------------------------------------------
+
+    async def _continue_as_new(self) -> OrchestratorResult:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self.s.stats.runs += 1
+        pending = set(self.s.pending)
+        board = self.params.board
+        board.tasks = [t for t in board.tasks if t.id in pending]  # only what is not done yet
+        workflow.logger.info("continuing as new with %d pending tasks", len(pending))
+        workflow.continue_as_new(
+            OrchestratorInput(**{**self.params.__dict__, "board": board, "state": self.s})
+        )
+
+    def _result(self) -> OrchestratorResult:
+        stats = self.s.stats
+        started = datetime.fromisoformat(self.s.started_at)
+        stats.wall_seconds = round((workflow.now() - started).total_seconds(), 3)
+        stats.speedup = round(stats.task_seconds / stats.wall_seconds, 2) if stats.wall_seconds else 0.0
+        stats.pushes = len(self.s.landed_batches)
+        landed = sum(1 for t in self.s.outcomes.values() if t.landed)
+        stats.network_savings = max(landed - stats.pushes, 0)
+        stats.largest_history_length = max(stats.largest_history_length, workflow.info().get_current_history_length())
+        return OrchestratorResult(tasks=list(self.s.outcomes.values()), stats=stats)
+
+    def _counts(self) -> dict[str, int]:
+        counts = {name: 0 for name in (TASK_PENDING, TASK_RUNNING, TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED)}
+        landed = 0
+        for outcome in self.s.outcomes.values():
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+            landed += outcome.landed
+        counts["landed"] = landed
+        return counts
+
+    @workflow.query(name="progress")
+    def progress(self) -> OrchestratorProgress:
+        """Counts by state (and landed), running tasks, and every task's status."""
+        return OrchestratorProgress(
+            counts=self._counts(),
+            running=list(self._running),
+            tasks=[TaskProgress(t.id, t.status, t.landed) for t in self.s.outcomes.values()],
+            pushes=len(self.s.landed_batches),
+        )
+
+    def _refresh_details(self) -> None:
+        c = self._counts()
+        running = list(self._running)
+        workflow.set_current_details(
+            f"**{self.params.board.name}** on `{self.params.repo}`\n\n"
+            f"- pending {c[TASK_PENDING]}, running {c[TASK_RUNNING]} (max {self.max_parallel})\n"
+            f"- succeeded {c[TASK_SUCCEEDED]}, failed {c[TASK_FAILED]}, cancelled {c[TASK_CANCELLED]}\n"
+            f"- landed {c['landed']} in {len(self.s.landed_batches)} push(es)\n"
+            + (f"- running: {', '.join(running[:10])}\n" if running else "")
+        )
