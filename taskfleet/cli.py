@@ -194,8 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_git_commands(sub)
-    from taskfleet import cli_demo
+    from taskfleet import cli_demo, cli_run
 
+    cli_run.add_commands(sub)
     cli_demo.add_commands(sub)
     return parser
 

@@ -1,9 +1,16 @@
-"""`taskfleet demo`: the main job on the embedded dev server, then (in a terminal) keep it up to browse."""
+"""`taskfleet demo` (`make demo`): the main job on the embedded dev server.
+
+Makes a sample repository and bare remote under `.taskfleet/demo/`, runs the example board (nine
+tasks, each a real change checked by a real test) with `max_parallel` 9 on an in-process worker,
+and prints speed-up, pushes and the Web UI URL. In a terminal it then keeps the server up until
+Ctrl-C so the run can be browsed; otherwise it exits, leaving no process behind.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import signal
 import sys
 import uuid
@@ -11,11 +18,39 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
+from taskfleet.board import BoardError, load_board
+from taskfleet.cli_run import summary_table, watch
 from taskfleet.connection import load_connect_config
 from taskfleet.embedded import dev_server_session
-from taskfleet.models import SmokeInput, SmokeResult
+from taskfleet.naming import orchestrator_workflow_id
+from taskfleet.orchestrator_client import start_board
 from taskfleet.plugin import TaskfleetPlugin
 from taskfleet.settings import TaskfleetSettings
+from taskfleet.testing import git
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+DEMO_TASK_QUEUE = "taskfleet-demo"
+
+
+def prepare_demo_repo(folder: Path) -> Path:
+    """A fresh clone of a fresh bare remote, seeded from examples/demo-repo; returns the clone."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    seed, remote, clone = folder / "seed", folder / "remote.git", folder / "clone"
+    shutil.copytree(EXAMPLES / "demo-repo", seed)
+    identity = ["-c", "user.name=taskfleet demo", "-c", "user.email=demo@taskfleet.invalid"]
+    git(folder, "init", "-q", "--bare", "-b", "main", str(remote))
+    git(seed, "init", "-q", "-b", "main")
+    git(seed, "add", "-A")
+    git(seed, *identity, "commit", "-q", "-m", "calc: an empty calculator")
+    git(seed, "push", "-q", str(remote), "main")
+    git(folder, "clone", "-q", str(remote), str(clone))
+    push_log = folder / "pushes.log"
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(f'#!/bin/sh\ncat > /dev/null\necho push >> "{push_log}"\n')
+    hook.chmod(0o755)
+    return clone
 
 
 async def _wait_for_ctrl_c() -> None:
@@ -28,33 +63,47 @@ async def _wait_for_ctrl_c() -> None:
 
 async def demo(args: argparse.Namespace) -> int:
     config = load_connect_config(args.address or "localhost:7233", args.namespace)
-    state_dir = Path(args.state_dir)
+    state_dir = Path(args.state_dir).resolve()
+    try:
+        board = load_board(args.board)
+    except BoardError as err:
+        print(f"taskfleet: board refused: {err}", file=sys.stderr)
+        return 2
+    clone = prepare_demo_repo(state_dir / "demo")
     async with dev_server_session(config, state_dir) as session:
         worker = Worker(
             session.client,
-            task_queue=args.task_queue,
+            task_queue=DEMO_TASK_QUEUE,
             plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=state_dir))],
+            max_concurrent_activities=32,
         )
         async with worker:
-            workflow_id = f"taskfleet-smoke-{uuid.uuid4().hex[:8]}"
-            result = await session.client.execute_workflow(
-                "SmokeWorkflow",
-                SmokeInput(name="demo"),
-                id=workflow_id,
-                task_queue=args.task_queue,
-                result_type=SmokeResult,
+            handle = await start_board(
+                session.client, board, str(clone), task_queue=DEMO_TASK_QUEUE,
+                workflow_id=orchestrator_workflow_id(board.name, uuid.uuid4().hex[:8]),
+                git_max_batch_size=10,
             )
-            print(f"{workflow_id}: {result.greeting}")
-            print(f"Web UI: {session.ui_url}/namespaces/{config['namespace']}/workflows/{workflow_id}")
-            print(f"CLI:    temporal workflow list --address {config['target_host']}")
+            print(f"running board {board.name} ({len(board.tasks)} tasks) as {handle.id} on {clone}", flush=True)
+            result = await watch(handle, len(board.tasks), show=sys.stderr.isatty())
+            print(summary_table(result))
+            pushes = len((state_dir / "demo" / "pushes.log").read_text().splitlines())
+            landed = sum(t.landed for t in result.tasks)
+            print()
+            print(f"speed-up: {result.stats.speedup:.2f}x ({result.stats.task_seconds:.1f}s of task time "
+                  f"in {result.stats.wall_seconds:.1f}s)")
+            print(f"pushes:   {pushes} for {landed} landed tasks (the remote's hook counted them)")
+            print(f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}")
+            print(f"CLI:      temporal workflow list --address {config['target_host']}")
             if sys.stdin.isatty() and not args.no_wait:
                 print("The server stays up so you can browse the run; Ctrl-C to stop.", flush=True)
                 await _wait_for_ctrl_c()
-    return 0
+    ok = all(t.status == "succeeded" and t.landed for t in result.tasks)
+    return 0 if ok else 1
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the main job on the embedded dev server")
-    p.add_argument("--state-dir", default=".taskfleet", help="dev server database and demo files")
+    p = sub.add_parser("demo", help="run the example board on the embedded dev server")
+    p.add_argument("--board", default=str(EXAMPLES / "demo-board.toml"))
+    p.add_argument("--state-dir", default=".taskfleet", help="dev server database, demo repo, logs")
     p.add_argument("--no-wait", action="store_true", help="exit after the summary even in a terminal")
     p.set_defaults(func=demo)

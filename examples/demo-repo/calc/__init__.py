@@ -1,0 +1,1 @@
+"""A tiny calculator, grown one operation per task by the demo board."""

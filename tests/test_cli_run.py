@@ -1,0 +1,65 @@
+"""The main job from the command line: `taskfleet demo`, `taskfleet run|status|cancel`, `lessons`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+from taskfleet.devserver import find_temporal_cli
+from tests.conftest import ROOT, GitRemoteFixture, python_cmd
+
+
+async def cli(address: str, *args: str, task_queue: str = "taskfleet", timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = python_cmd("-m", "taskfleet.cli", "--address", address, "--task-queue", task_queue, *args)
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out.decode(), err.decode())
+
+
+async def test_demo_runs_the_example_board_with_one_push(server_address: str, tmp_path: Path):
+    done = await cli(server_address, "demo", "--state-dir", str(tmp_path / "state"), "--no-wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pushes:   1 for 9 landed tasks" in done.stdout
+    assert "Web UI:   http://localhost:" in done.stdout
+    speedup = float(done.stdout.split("speed-up: ")[1].split("x")[0])
+    assert speedup >= 4
+    workflow_id = done.stdout.split(" as ")[1].split()[0]
+    listed = subprocess.run(
+        [find_temporal_cli(), "workflow", "list", "--address", server_address, "--query", f'WorkflowId="{workflow_id}"'],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert workflow_id in listed.stdout and "Completed" in listed.stdout
+    clone = tmp_path / "state" / "demo" / "clone"
+    assert (clone / ".git").is_dir()
+
+
+async def test_run_status_and_refused_board(server_address, task_queue, make_worker, git_remote: GitRemoteFixture, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('run = "true"\nverify = "true"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n')
+    refused = await cli(server_address, "run", str(bad), "--repo", str(git_remote.clone), task_queue=task_queue)
+    assert refused.returncode == 2 and "duplicate task id A" in refused.stderr
+
+    board = ROOT / "examples" / "board-example.md"
+    async with make_worker():
+        ran = await cli(
+            server_address, "run", str(board), "--repo", str(git_remote.clone), "--json", "--id", f"run-{task_queue}",
+            "--run", 'echo "$TASKFLEET_TASK_ID" >> tasks-done.txt',
+            "--verify", 'grep -q "$TASKFLEET_TASK_ID" tasks-done.txt',
+            task_queue=task_queue,
+        )
+        assert ran.returncode == 0, ran.stderr
+        result = json.loads(ran.stdout)
+        assert [t["id"] for t in result["tasks"]] == ["T2.2", "T2.3", "T2.4"]  # T2.1 is [x] already
+        assert all(t["landed"] for t in result["tasks"])
+        assert {"wall_seconds", "task_seconds", "speedup", "pushes", "network_savings"} <= set(result["stats"])
+        shown = await cli(server_address, "status", f"run-{task_queue}", "--json", task_queue=task_queue)
+        status = json.loads(shown.stdout)
+        assert status["status"] == "COMPLETED" and status["counts"]["landed"] == 3
+        stats = await cli(server_address, "lessons", "stats", "--json", task_queue=task_queue)
+        assert json.loads(stats.stdout)["lessons"] == 0
+    assert git_remote.remote_ref("task/T2.4")
