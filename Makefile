@@ -24,6 +24,10 @@ worker: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/git_batching.py
+	$(PY) benchmarks/dispatch.py
+	$(PY) benchmarks/lessons.py
+	$(PY) benchmarks/templates.py
+	$(PY) benchmarks/result_cache.py
 
 histories: $(STAMP)
 	TASKFLEET_RECORD_HISTORIES=1 $(PY) -m pytest -k 'not replay'

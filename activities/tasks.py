@@ -61,11 +61,12 @@ class TaskActivities:
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
         activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, activity.info().attempt)
         if not task.worktree:
+            # An empty folder: making and removing it costs microseconds, no thread hop needed.
             scratch = Path(tempfile.mkdtemp(prefix=f"{slug(task.id)}-", dir=self.settings.state_dir))
             try:
-                await self._execute(params, scratch, self._prompt_file(params, logs, log_path), log_path, result)
+                await self._execute(params, scratch, self._prompt_file(params, log_path), log_path, result)
             finally:
-                await asyncio.to_thread(shutil.rmtree, scratch, True)
+                shutil.rmtree(scratch, ignore_errors=True)
                 result.seconds = time.monotonic() - started
             if result.status == TASK_FAILED and result.failure_type:
                 await self._record_lesson(params, result)
@@ -92,7 +93,7 @@ class TaskActivities:
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, worktree.resumed_commit, True
             await self._land(params, result)
             return
-        prompt_file = self._prompt_file(params, logs, log_path)
+        prompt_file = self._prompt_file(params, log_path)
         prompt = prompt_file.read_text()
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         key = cache_key(
@@ -160,7 +161,7 @@ class TaskActivities:
         result.status = TASK_SUCCEEDED
         return True
 
-    def _prompt_file(self, params: TaskInput, logs: Path, log_path: Path) -> Path:
+    def _prompt_file(self, params: TaskInput, log_path: Path) -> Path:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
         prompt_file = log_path.with_suffix(".prompt.md")
         prompt_file.parent.mkdir(parents=True, exist_ok=True)

@@ -34,10 +34,14 @@ for key, value in {
     os.environ.setdefault(key, value)
 
 
+EXTRA_SERVER_ARGS = [a for a in os.environ.get("BENCH_SERVER_ARGS", "").split() if a]
+
+
 @asynccontextmanager
 async def temporal_worker(task_queue: str, state_dir: Path, **worker_kwargs) -> AsyncIterator[Client]:
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_cli(), search_attributes=ALL, dev_server_log_level="error"
+        dev_server_existing_path=find_temporal_cli(), search_attributes=ALL, dev_server_log_level="error",
+        dev_server_extra_args=EXTRA_SERVER_ARGS,
     )
     try:
         worker = Worker(

@@ -93,7 +93,7 @@ def parse_markdown_board(text: str, source: str = "board.md", **overrides: Any) 
         )
         explicit = {"id", "scope", "branch", "done"} | ({"verify"} if command else set())
         tasks.append(_with_defaults(spec, settings, explicit, f"{source}:{number}"))
-    return _checked(Board(tasks=tasks, name=Path(source).stem, format="markdown", **_board_settings(settings)), source)
+    return validate_board(Board(tasks=tasks, name=Path(source).stem, format="markdown", **_board_settings(settings)), source)
 
 
 def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) -> Board:
@@ -122,7 +122,7 @@ def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) ->
             raise BoardError(f"{where}: {err}") from None
         tasks.append(_with_defaults(spec, settings, set(row), where))
     name = str(settings.get("name") or Path(source).stem)
-    return _checked(Board(tasks=tasks, name=name, format="toml", **_board_settings(settings)), source)
+    return validate_board(Board(tasks=tasks, name=name, format="toml", **_board_settings(settings)), source)
 
 
 def _cells(line: str) -> list[str]:
@@ -155,7 +155,8 @@ def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str],
     return spec
 
 
-def _checked(board: Board, source: str) -> Board:
+def validate_board(board: Board, source: str = "board") -> Board:
+    """Refuse a board that cannot run as written (also used by the workflow on its input)."""
     if not board.tasks:
         raise BoardError(f"{source}: the board has no tasks")
     if board.land not in ("push", "merge"):

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskSpec,
     )
+    from taskfleet.board import BoardError, validate_board
     from taskfleet.naming import git_batch_workflow_id, landing_op_id
 
 TASK_RETRY = RetryPolicy(
@@ -64,6 +65,8 @@ class OrchestratorWorkflow:
     def __init__(self, params: OrchestratorInput) -> None:
         self.params = params
         board = params.board
+        for task in board.tasks:  # the same default the board parser applies
+            task.branch = task.branch or f"task/{task.id}"
         self.tasks: dict[str, TaskSpec] = {t.id: t for t in board.tasks}
         if params.state is None:
             self.s = OrchestratorState(
@@ -76,6 +79,20 @@ class OrchestratorWorkflow:
         self.git_workflow_id = git_batch_workflow_id(params.repo, params.remote)
         self._running: dict[str, asyncio.Task] = {}
         self._draining = False
+        # Counts by state, kept as statuses change: the UI details and `progress` stay O(1) per
+        # event instead of a walk over every task of a 2,000-task board.
+        self._tally = {name: 0 for name in (TASK_PENDING, TASK_RUNNING, TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED)}
+        self._tally["landed"] = 0
+        for outcome in self.s.outcomes.values():
+            self._tally[outcome.status] += 1
+            self._tally["landed"] += outcome.landed
+
+    def _set_status(self, outcome: TaskOutcome, status: str, reason: Optional[str] = None) -> None:
+        self._tally[outcome.status] -= 1
+        self._tally[status] += 1
+        outcome.status = status
+        if reason is not None:
+            outcome.reason = reason
 
     @workflow.run
     async def run(self, params: OrchestratorInput) -> OrchestratorResult:
@@ -83,6 +100,13 @@ class OrchestratorWorkflow:
             self.s.started_at = workflow.now().isoformat()
         if self.max_parallel < 1:
             raise ApplicationError("max_parallel must be at least 1", non_retryable=True)
+        if self.s.stats.runs == 1:
+            try:  # started by hand with JSON, the input has not been through the board parser
+                validate_board(params.board, "OrchestratorWorkflow input")
+            except BoardError as err:
+                raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
+            if not params.repo.startswith("/"):
+                raise ApplicationError(f"repo {params.repo!r} must be an absolute path on the worker", non_retryable=True)
         self.s.stats.largest_history_length = max(
             self.s.stats.largest_history_length, workflow.info().get_current_history_length()
         )
@@ -126,7 +150,7 @@ class OrchestratorWorkflow:
 
     async def _run_one(self, task: TaskSpec) -> None:
         outcome = self.s.outcomes[task.id]
-        outcome.status = TASK_RUNNING
+        self._set_status(outcome, TASK_RUNNING)
         try:
             result: TaskResult = await workflow.execute_activity(
                 "run_task",
@@ -150,15 +174,15 @@ class OrchestratorWorkflow:
                 summary=_summary(task),
             )
         except asyncio.CancelledError:
-            outcome.status, outcome.reason = TASK_CANCELLED, "cancelled"
+            self._set_status(outcome, TASK_CANCELLED, "cancelled")
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
-                outcome.status, outcome.reason = TASK_CANCELLED, "cancelled"
+                self._set_status(outcome, TASK_CANCELLED, "cancelled")
             else:
-                outcome.status, outcome.reason = TASK_FAILED, _cause(err)
+                self._set_status(outcome, TASK_FAILED, _cause(err))
             workflow.logger.warning("task %s: %s", task.id, outcome.reason)
         else:
-            outcome.status = result.status
+            self._set_status(outcome, result.status)
             outcome.commit, outcome.seconds, outcome.reason = result.commit, result.seconds, result.reason
             outcome.cache_hit, outcome.log_path = result.cache_hit, result.log_path
             self.s.stats.task_seconds += result.seconds
@@ -179,7 +203,7 @@ class OrchestratorWorkflow:
         if self._running:
             await workflow.wait(list(self._running.values()))
         for task_id in self.s.pending:
-            self.s.outcomes[task_id].status, self.s.outcomes[task_id].reason = TASK_CANCELLED, "not started"
+            self._set_status(self.s.outcomes[task_id], TASK_CANCELLED, "not started")
         self.s.pending = []
 
     # --- landing ---------------------------------------------------------------------------------
@@ -197,7 +221,9 @@ class OrchestratorWorkflow:
             if task_id is None:
                 continue
             task = self.s.outcomes[task_id]
-            task.landed = outcome.status != OUTCOME_FAILED
+            landed = outcome.status != OUTCOME_FAILED
+            self._tally["landed"] += int(landed) - int(task.landed)
+            task.landed = landed
             if not task.landed:
                 task.reason = f"did not land: {outcome.reason}"
             elif message.batch_id not in self.s.landed_batches:
@@ -248,13 +274,7 @@ class OrchestratorWorkflow:
         return OrchestratorResult(tasks=list(self.s.outcomes.values()), stats=stats)
 
     def _counts(self) -> dict[str, int]:
-        counts = {name: 0 for name in (TASK_PENDING, TASK_RUNNING, TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED)}
-        landed = 0
-        for outcome in self.s.outcomes.values():
-            counts[outcome.status] = counts.get(outcome.status, 0) + 1
-            landed += outcome.landed
-        counts["landed"] = landed
-        return counts
+        return dict(self._tally)
 
     @workflow.query(name="progress")
     def progress(self) -> OrchestratorProgress:
