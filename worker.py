@@ -155,4 +155,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Skip interpreter finalization: the Temporal runtime's native threads may still be winding
+    # down, and CPython aborts if one touches the interpreter while it finalizes.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return asyncio.run(args.func(args))
@@ -212,5 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Exits without interpreter finalization: the Temporal client's native
+    runtime threads can still be winding down then, and CPython aborts ("PyGILState_Release")
+    when one of them touches the interpreter during finalization. Output is flushed first."""
+    code = run(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
