@@ -66,7 +66,10 @@ class TaskActivities:
             try:
                 await self._execute(params, scratch, self._prompt_file(params, log_path), log_path, result)
             finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+                try:
+                    scratch.rmdir()  # the usual case: the check left nothing behind
+                except OSError:
+                    shutil.rmtree(scratch, ignore_errors=True)
                 result.seconds = time.monotonic() - started
             if result.status == TASK_FAILED and result.failure_type:
                 await self._record_lesson(params, result)

@@ -4,8 +4,8 @@ Kept in one module, as plain dataclasses with defaults, so a field can be added 
 breaking a caller that sends an older shape, and so `temporal` CLI users can read them as JSON.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: the data converter resolves these hints on every
+# payload, and real (not string) annotations make that several times cheaper on the hot path.
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
