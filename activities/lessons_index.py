@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from operator import attrgetter
@@ -32,6 +32,7 @@ from typing import Any
 from taskfleet.models import Lesson, LessonMatch, LessonQuery, LessonsStats
 
 KEYED_FIELDS = ("task_type", "activity_type", "failure_type", "pattern")
+_LIST_POSTINGS = frozenset({"pattern"})
 _LESSON_FIELDS = {f.name for f in fields(Lesson)}
 _STRING_FIELDS = _LESSON_FIELDS - {"times_seen", "metadata"}
 _FIELD_DEFAULTS = {f.name: f.default for f in fields(Lesson) if f.name != "metadata"}
@@ -68,10 +69,11 @@ def tokenize(message: str) -> list[str]:
 
 
 def _timestamp(value: str) -> float:
-    moment = datetime.fromisoformat(value)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    moment = _fromisoformat(value)
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+_fromisoformat = datetime.fromisoformat
 
 
 def now_iso() -> str:
@@ -86,24 +88,25 @@ def lesson_from_json(data: Any) -> tuple[float, Lesson]:
     """
     if type(data) is not dict:
         raise MalformedLesson("not a JSON object")
-    if len(data) != len(_LESSON_FIELDS) or not _LESSON_FIELDS.issuperset(data):
+    if data.keys() != _LESSON_FIELDS:
         for name in _LESSON_FIELDS.difference(data):
             data[name] = {} if name == "metadata" else _FIELD_DEFAULTS[name]
         for name in set(data).difference(_LESSON_FIELDS):
             del data[name]
+    if not data["id"] or type(data["id"]) is not str:
+        raise MalformedLesson("missing 'id'")
+    if not all(type(data[name]) is str for name in _STRING_FIELDS):
+        raise MalformedLesson(
+            f"{', '.join(n for n in sorted(_STRING_FIELDS) if type(data[n]) is not str)} must be strings"
+        )
+    times_seen = data["times_seen"]
+    if type(times_seen) is not int or times_seen < 1:
+        raise MalformedLesson("'times_seen' is not a whole number >= 1")
+    if type(data["metadata"]) is not dict:
+        raise MalformedLesson("'metadata' is not an object")
     # The decoded dict becomes the instance's __dict__: no copy of every field for every line.
     lesson = object.__new__(Lesson)
     lesson.__dict__ = data
-    if not lesson.id or type(lesson.id) is not str:
-        raise MalformedLesson("missing 'id'")
-    for name in _STRING_FIELDS:
-        if type(getattr(lesson, name)) is not str:
-            raise MalformedLesson(f"'{name}' is not a string")
-    times_seen = lesson.times_seen
-    if type(times_seen) is not int or times_seen < 1:
-        raise MalformedLesson("'times_seen' is not a whole number >= 1")
-    if type(lesson.metadata) is not dict:
-        raise MalformedLesson("'metadata' is not an object")
     if not lesson.last_seen:
         lesson.last_seen = lesson.first_seen
     if not lesson.last_seen:
@@ -118,6 +121,18 @@ def lesson_from_json(data: Any) -> tuple[float, Lesson]:
     if not lesson.pattern:
         lesson.pattern = normalize_pattern(lesson.failure_msg)
     return seen_at, lesson
+
+
+def _decode_chunk(chunk: bytes, count: int) -> list[Any] | None:
+    """All lines of `chunk` (each ending in a newline) as one JSON array, or None if any line is
+    blank or not exactly one JSON value."""
+    if not count or chunk.startswith(b"\n") or b"\n\n" in chunk:
+        return None
+    try:
+        decoded = json.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")
+    except ValueError:
+        return None
+    return decoded if len(decoded) == count else None
 
 
 def _decode(lines: list[bytes]) -> list[Any]:
@@ -165,7 +180,7 @@ class LessonsIndex:
     def _reset(self) -> None:
         self._rows: list[_Row] = []
         self._by_id: dict[str, int] = {}
-        self._by_key: dict[tuple[str, str, str, str], int] = {}
+        self._by_key: dict[tuple[str, str, str, str], int] | None = {}
         self._postings: dict[str, dict[str, dict[int, None]]] = {name: {} for name in KEYED_FIELDS}
         self._times: list[tuple[float, int]] = []
         self._by_count: dict[int, dict[int, None]] = {}
@@ -216,19 +231,24 @@ class LessonsIndex:
         self._offset += end
         latest: dict[str, tuple[float, Lesson]] = {}
         updates: list[tuple[float, Lesson]] = []
-        numbered = []
-        for raw in data[:end].split(b"\n")[:-1]:
-            self._line_no += 1
-            if raw.strip():
-                numbered.append((self._line_no, raw))
-        self._lines_read += len(numbered)
-        decoded = _decode([raw for _, raw in numbered])
-        for (line_no, _), data_item in zip(numbered, decoded):
+        chunk = data[:end]
+        count = chunk.count(b"\n")
+        first_line = self._line_no + 1
+        self._line_no += count
+        numbers: range | list[int] = range(first_line, first_line + count)
+        decoded = _decode_chunk(chunk, count)
+        if decoded is None:  # a blank or broken line: go line by line
+            lines = chunk.split(b"\n")[:-1]
+            kept = [(n, line) for n, line in zip(numbers, lines) if line.strip()]
+            numbers, lines = [n for n, _ in kept], [line for _, line in kept]
+            decoded = _decode(lines)
+        self._lines_read += len(numbers)
+        for line_no, item in zip(numbers, decoded):
             try:
-                if data_item is _UNREADABLE:
+                if item is _UNREADABLE:
                     raise MalformedLesson("not JSON")
-                entry = lesson_from_json(data_item)
-            except (MalformedLesson, ValueError, TypeError):
+                entry = lesson_from_json(item)
+            except (MalformedLesson, ValueError, TypeError, KeyError):
                 self._malformed += 1
                 if len(self._malformed_lines) < _REPORTED_MALFORMED:
                     self._malformed_lines.append(line_no)
@@ -266,17 +286,15 @@ class LessonsIndex:
         self._rows = rows
         only = [row.lesson for row in rows]
         self._by_id = dict(zip((lesson.id for lesson in only), range(len(only))))
-        self._by_key = dict(
-            zip(
-                ((l.task_type, l.activity_type, l.failure_type, l.pattern) for l in only),
-                range(len(only)),
-            )
-        )
+        self._by_key = None  # the write path's dedup map: made on the first record()
         for name in KEYED_FIELDS:
             grouped: defaultdict[str, list[int]] = defaultdict(list)
             for idx, value in enumerate(map(attrgetter(name), only)):
                 grouped[value].append(idx)
-            self._postings[name] = {value: dict.fromkeys(ids) for value, ids in grouped.items()}
+            # Patterns are nearly unique: their lists stay lists (a dict each would cost ~10% of a build).
+            self._postings[name] = dict(grouped) if name in _LIST_POSTINGS else {
+                value: dict.fromkeys(ids) for value, ids in grouped.items()
+            }
         self._times = [(row.seen_at, idx) for idx, row in enumerate(rows)]
         self._times.sort()
         by_count: defaultdict[int, list[int]] = defaultdict(list)
@@ -284,14 +302,19 @@ class LessonsIndex:
             by_count[count].append(idx)
         self._by_count = {count: dict.fromkeys(ids) for count, ids in by_count.items()}
         self._counts = sorted(self._by_count)
-        occurrences: defaultdict[str, list[int]] = defaultdict(list)
+        occurrences: dict[str, list[int]] = {}
+        appenders: dict[str, Callable[[int], None]] = {}  # bound `append`s: no lookup per token
         lengths = []
         findall = _TOKEN.findall
         for idx, lesson in enumerate(only):
             tokens = findall(lesson.failure_msg.lower())
             lengths.append(len(tokens))
             for token in tokens:
-                occurrences[token].append(idx)
+                try:
+                    appenders[token](idx)
+                except KeyError:
+                    occurrences[token] = ids = [idx]
+                    appenders[token] = ids.append
         for stopword in _STOPWORDS:
             occurrences.pop(stopword, None)
         self._terms = dict(occurrences)
@@ -304,7 +327,7 @@ class LessonsIndex:
         if idx is not None:
             previous = self._rows[idx].lesson
             self._remove_from_indexes(idx)
-            if self._by_key.get(self._dedup_key(previous)) == idx:
+            if self._by_key is not None and self._by_key.get(self._dedup_key(previous)) == idx:
                 del self._by_key[self._dedup_key(previous)]
             self._rows[idx] = _Row(lesson, seen_at)
             if previous.failure_msg != lesson.failure_msg:
@@ -320,14 +343,18 @@ class LessonsIndex:
             self._index_tokens(idx, lesson.failure_msg)
         self._rows[idx].norm = self._norm(self._doc_lengths[idx])
         for name in KEYED_FIELDS:
-            self._postings[name].setdefault(getattr(lesson, name), {})[idx] = None
+            if name in _LIST_POSTINGS:
+                self._postings[name].setdefault(getattr(lesson, name), []).append(idx)
+            else:
+                self._postings[name].setdefault(getattr(lesson, name), {})[idx] = None
         bisect.insort(self._times, (seen_at, idx))
         bucket = self._by_count.get(lesson.times_seen)
         if bucket is None:
             bucket = self._by_count[lesson.times_seen] = {}
             bisect.insort(self._counts, lesson.times_seen)
         bucket[idx] = None
-        self._by_key[self._dedup_key(lesson)] = idx
+        if self._by_key is not None:
+            self._by_key[self._dedup_key(lesson)] = idx
 
     def _index_tokens(self, idx: int, message: str) -> None:
         """Doc length counts every token, stopwords included, as `_bulk_add` does."""
@@ -347,7 +374,12 @@ class LessonsIndex:
     def _remove_from_indexes(self, idx: int) -> None:
         row = self._rows[idx]
         for name in KEYED_FIELDS:
-            self._postings[name][getattr(row.lesson, name)].pop(idx, None)
+            posting = self._postings[name][getattr(row.lesson, name)]
+            if isinstance(posting, list):
+                if idx in posting:
+                    posting.remove(idx)
+            else:
+                posting.pop(idx, None)
         at = bisect.bisect_left(self._times, (row.seen_at, idx))
         if at < len(self._times) and self._times[at] == (row.seen_at, idx):
             del self._times[at]
@@ -385,6 +417,8 @@ class LessonsIndex:
                 for seen_at, other in self._read_new_lines():
                     self._add(other, seen_at)
                 stamp = now_iso()
+                if self._by_key is None:
+                    self._by_key = {self._dedup_key(row.lesson): i for i, row in enumerate(self._rows)}
                 existing = self._by_key.get(self._dedup_key(incoming))
                 if existing is not None:
                     stored = copy.copy(self._rows[existing].lesson)
