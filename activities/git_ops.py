@@ -94,7 +94,7 @@ def _open_worktree(path: str) -> Repo:
         raise OpFailed(f"worktree {path} is not a git checkout") from None
 
 
-def apply_commit(repo: Repo, op: GitOp) -> Applied:
+def apply_commit(repo: Repo, op: GitOp, first_attempt: bool = False) -> Applied:
     """Stage the op's files (all changes when none are named) in its worktree and commit on its branch.
 
     Hot path of every batch: only `git add` and `git commit` run as processes per op; branch and
@@ -120,7 +120,9 @@ def apply_commit(repo: Repo, op: GitOp) -> Applied:
             raise OpFailed(f"file {name} resolves outside the worktree {op.worktree}")
 
     head = _head_sha(worktree)
-    if head is not None and _trailer_line(op) in repo.commit(head).message.splitlines():
+    # Only a batch that ran before can have committed this op (op ids are unique per batcher).
+    resumable = head is not None and not first_attempt
+    if resumable and _trailer_line(op) in repo.commit(head).message.splitlines():
         return Applied(f"refs/heads/{op.branch}", head, made_commit=False, note="already committed")
     if op.files:
         worktree.git.add("-A", "--", *op.files)
@@ -243,10 +245,10 @@ def apply_push(repo: Repo, op: GitOp, remote: str) -> Applied:
     return Applied(f"refs/heads/{op.branch}", commit, made_commit=False)
 
 
-def apply_op(repo: Repo, op: GitOp, remote: str) -> Applied:
+def apply_op(repo: Repo, op: GitOp, remote: str, first_attempt: bool = False) -> Applied:
     try:
         if op.op_type == "commit":
-            return apply_commit(repo, op)
+            return apply_commit(repo, op, first_attempt)
         if op.op_type == "merge":
             return apply_merge(repo, op, remote)
         if op.op_type == "push":
@@ -284,7 +286,9 @@ def _parallel_waves(ops: list[GitOp]) -> list[list[GitOp]]:
     return waves
 
 
-def apply_batch(repo_path: str, ops: list[GitOp], remote: str, workers: int = 4) -> dict[str, Applied | OpFailed]:
+def apply_batch(
+    repo_path: str, ops: list[GitOp], remote: str, first_attempt: bool = False, workers: int = 4
+) -> dict[str, Applied | OpFailed]:
     """Apply ops with the effect of applying them in order, running independent commits in parallel.
 
     GitPython objects are not thread-safe, so every thread opens its own `Repo` of the clone.
@@ -302,7 +306,7 @@ def apply_batch(repo_path: str, ops: list[GitOp], remote: str, workers: int = 4)
 
     def apply_one(op: GitOp) -> Applied | OpFailed:
         try:
-            return apply_op(repo_for_thread(), op, remote)
+            return apply_op(repo_for_thread(), op, remote, first_attempt)
         except OpFailed as err:
             return err
 

@@ -98,7 +98,8 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
     applied: dict[str, Applied] = {}
     failures: dict[str, str] = {}
     refs: list[str] = []
-    results = apply_batch(params.repo, params.ops, params.remote)
+    first_attempt = params.attempt == 1 and activity.info().attempt == 1
+    results = apply_batch(params.repo, params.ops, params.remote, first_attempt)
     for op in params.ops:
         result = results[op.id]
         if isinstance(result, OpFailed):

@@ -15,7 +15,7 @@ from git.exc import GitCommandError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.executor import run_command, tail
+from activities.executor import CommandResult, run_command, tail
 from activities.git_ops import OpFailed, commit_env
 from activities.lessons_index import LessonsIndex
 from activities.result_cache import ResultCache, cache_key
@@ -141,25 +141,13 @@ class TaskActivities:
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         executed = await run_command(task.run, cwd, env, log_path, task.timeout_seconds, heartbeat, "run")
         result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
-        if executed.timed_out or executed.exit_code != 0:
-            result.failure_type = "timeout" if executed.timed_out else "exec_failed"
-            result.reason = (
-                f"executor timed out after {task.timeout_seconds:g}s"
-                if executed.timed_out
-                else f"executor exited with {executed.exit_code}"
-            )
+        if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
             result.output_tail = tail(log_path)
             return False
         verified = await run_command(task.verify, cwd, env, log_path, task.timeout_seconds, heartbeat, "verify")
         result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
         result.output_tail = tail(log_path)
-        if verified.timed_out or verified.exit_code != 0:
-            result.failure_type = "timeout" if verified.timed_out else "verify_failed"
-            result.reason = (
-                f"verification timed out after {task.timeout_seconds:g}s"
-                if verified.timed_out
-                else f"verification `{task.verify}` exited with {verified.exit_code}"
-            )
+        if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
             return False
         result.status = TASK_SUCCEEDED
         return True
@@ -214,6 +202,15 @@ class TaskActivities:
             await asyncio.to_thread(self.lessons.record, lesson)
         except OSError as err:
             activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
+
+
+def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what: str, timeout: float) -> bool:
+    """Record a failed executor or verification step on `result`; False when it passed."""
+    if not ran.timed_out and ran.exit_code == 0:
+        return False
+    result.failure_type = "timeout" if ran.timed_out else failure_type
+    result.reason = f"{what} timed out after {timeout:g}s" if ran.timed_out else f"{what} exited with {ran.exit_code}"
+    return True
 
 
 def _tree_of(repo_path: str, commit: str) -> str:

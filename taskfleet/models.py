@@ -185,6 +185,8 @@ class PushBatchInput:
     remote: str
     ops: list[GitOp]
     atomic: bool = False
+    # The workflow's attempt at this batch (a failed batch is run again on a later flush).
+    attempt: int = 1
 
 
 @dataclass

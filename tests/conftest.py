@@ -106,6 +106,17 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
+async def landed_ops(gb, count: int, timeout: float = 30.0):
+    """The batcher's status once `count` ops have landed or failed."""
+
+    async def check():
+        status = await gb.status()
+        assert status.stats.landed_ops + status.stats.failed_ops >= count, status.stats
+        return status
+
+    return await eventually(check, timeout=timeout)
+
+
 # --- git ---------------------------------------------------------------------------------------
 
 

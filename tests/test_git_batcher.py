@@ -6,8 +6,8 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from taskfleet.git_client import GitBatcherClient
-from taskfleet.models import GitBatchConfig, GitBatchStatus, GitOp
-from tests.conftest import GitRemoteFixture, eventually, git, save_history
+from taskfleet.models import GitBatchConfig, GitOp
+from tests.conftest import GitRemoteFixture, git, landed_ops, save_history
 
 
 def batcher(client: Client, fx: GitRemoteFixture, task_queue: str, **config) -> GitBatcherClient:
@@ -27,22 +27,13 @@ def remote_file(fx: GitRemoteFixture, branch: str, name: str) -> str:
     return git(fx.remote, "show", f"refs/heads/{branch}:{name}")
 
 
-async def landed(gb: GitBatcherClient, count: int) -> GitBatchStatus:
-    async def check() -> GitBatchStatus:
-        status = await gb.status()
-        assert status.stats.landed_ops + status.stats.failed_ops >= count, status.stats
-        return status
-
-    return await eventually(check)
-
-
 async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue, git_remote: GitRemoteFixture):
     gb = batcher(client, git_remote, task_queue, max_batch_size=5)
     ops = [commit_op(git_remote, f"task/t{i}")[0] for i in range(10)]
     async with make_worker():
         for op in ops:
             await gb.enqueue(op)
-        status = await landed(gb, 10)
+        status = await landed_ops(gb, 10)
         save_history("git_batcher_ten_ops", (await gb.handle.fetch_history()).to_json())
     assert git_remote.pushes() == 2
     for i in range(10):
@@ -62,7 +53,7 @@ async def test_age_flush_lands_with_one_push(client: Client, make_worker, task_q
     async with make_worker():
         for i in range(3):
             await gb.enqueue(commit_op(git_remote, f"age/{i}")[0])
-        status = await landed(gb, 3)
+        status = await landed_ops(gb, 3)
     assert git_remote.pushes() == 1
     assert status.stats.total_batches == 1
     assert all(git_remote.remote_ref(f"age/{i}") for i in range(3))
@@ -74,7 +65,7 @@ async def test_manual_flush_by_signal_and_update(client: Client, make_worker, ta
         await gb.enqueue(commit_op(git_remote, "manual/a")[0])
         await gb.enqueue(commit_op(git_remote, "manual/b")[0])
         await gb.flush()
-        await landed(gb, 2)
+        await landed_ops(gb, 2)
         assert git_remote.pushes() == 1
 
         op_id = await gb.submit(commit_op(git_remote, "manual/c", op_id="c-1")[0])

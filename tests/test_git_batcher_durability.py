@@ -8,7 +8,7 @@ from temporalio.client import Client
 
 from taskfleet.git_client import GitBatcherClient
 from taskfleet.models import GitBatchConfig, GitOp
-from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, save_history
+from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, landed_ops, save_history
 
 
 def prepare_commits(fx: GitRemoteFixture, prefix: str, count: int) -> list[GitOp]:
@@ -66,13 +66,7 @@ async def test_worker_killed_during_push_every_op_lands_once(
     second = WorkerProcess(*args, log=tmp_path / "worker2.log")
     try:
         await second.wait_started()
-
-        async def all_landed():
-            status = await gb.status()
-            assert status.stats.landed_ops == len(ops), status.stats
-            return status
-
-        status = await eventually(all_landed, timeout=60)
+        status = await landed_ops(gb, len(ops), timeout=60)
         history = await gb.handle.fetch_history()
     finally:
         second.kill_group()
@@ -83,7 +77,7 @@ async def test_worker_killed_during_push_every_op_lands_once(
     ]
     assert started_attempts == [2], "the push should have been retried once, on the second worker"
     assert_each_landed_once(fx, ops)
-    assert status.stats.total_batches == 1
+    assert status.stats.landed_ops == len(ops) and status.stats.total_batches == 1
     outcomes = status.executed_batches[0].outcomes
     assert sorted(o.op_id for o in outcomes) == sorted(op.id for op in ops)
 
@@ -102,13 +96,7 @@ async def test_ops_arriving_through_continue_as_new_land_once(
         for op in ops:
             await gb.enqueue(op)
             await gb.enqueue(op)  # repeats across the boundary are still ignored
-
-        async def all_landed():
-            status = await gb.status()
-            assert status.stats.landed_ops == len(ops), status.stats
-            return status
-
-        status = await eventually(all_landed, timeout=60)
+        status = await landed_ops(gb, len(ops), timeout=60)
         description = await gb.handle.describe()
         save_history("git_batcher_after_continue_as_new", (await gb.handle.fetch_history()).to_json())
     assert status.runs > 1, "the workflow never continued as new"

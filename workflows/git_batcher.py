@@ -183,6 +183,7 @@ class GitBatchWorkflow:
                     remote=self.config.remote,
                     ops=batch.ops,
                     atomic=self.config.atomic,
+                    attempt=batch.attempts,
                 ),
                 result_type=PushBatchOutput,
                 start_to_close_timeout=timedelta(minutes=10),

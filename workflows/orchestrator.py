@@ -257,6 +257,10 @@ class OrchestratorWorkflow:
         pending = set(self.s.pending)
         board = self.params.board
         board.tasks = [t for t in board.tasks if t.id in pending]  # only what is not done yet
+        for outcome in self.s.outcomes.values():
+            # Compact: the next run's input must stay well under the payload limit at 2,000 tasks.
+            outcome.log_path = ""
+            outcome.reason = outcome.reason[:300]
         workflow.logger.info("continuing as new with %d pending tasks", len(pending))
         workflow.continue_as_new(
             OrchestratorInput(**{**self.params.__dict__, "board": board, "state": self.s})
