@@ -80,6 +80,16 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _all_strings(d: dict[str, Any]) -> bool:
+    # Unrolled on purpose: called once per line of a 100,000-line build.
+    return (
+        type(d["id"]) is str and type(d["task_type"]) is str and type(d["activity_type"]) is str
+        and type(d["failure_type"]) is str and type(d["failure_msg"]) is str
+        and type(d["resolution"]) is str and type(d["pattern"]) is str
+        and type(d["first_seen"]) is str and type(d["last_seen"]) is str
+    )
+
+
 def lesson_from_json(data: Any) -> tuple[float, Lesson]:
     """Validate one decoded line into (last_seen as epoch seconds, lesson).
 
@@ -95,7 +105,7 @@ def lesson_from_json(data: Any) -> tuple[float, Lesson]:
             del data[name]
     if not data["id"] or type(data["id"]) is not str:
         raise MalformedLesson("missing 'id'")
-    if not all(type(data[name]) is str for name in _STRING_FIELDS):
+    if not _all_strings(data):
         raise MalformedLesson(
             f"{', '.join(n for n in sorted(_STRING_FIELDS) if type(data[n]) is not str)} must be strings"
         )
@@ -183,7 +193,7 @@ class LessonsIndex:
         self._by_key: dict[tuple[str, str, str, str], int] | None = {}
         self._postings: dict[str, dict[str, dict[int, None]]] = {name: {} for name in KEYED_FIELDS}
         self._times: list[tuple[float, int]] = []
-        self._by_count: dict[int, dict[int, None]] = {}
+        self._by_count: dict[int, dict[int, None]] | None = {}
         self._counts: list[int] = []
         # token -> ids of lessons whose failure_msg has it (an id repeats when the token does)
         self._terms: dict[str, list[int]] = {}
@@ -295,13 +305,9 @@ class LessonsIndex:
             self._postings[name] = dict(grouped) if name in _LIST_POSTINGS else {
                 value: dict.fromkeys(ids) for value, ids in grouped.items()
             }
-        self._times = [(row.seen_at, idx) for idx, row in enumerate(rows)]
+        self._times = list(zip((seen_at for seen_at, _ in lessons), range(len(lessons))))
         self._times.sort()
-        by_count: defaultdict[int, list[int]] = defaultdict(list)
-        for idx, count in enumerate(map(attrgetter("times_seen"), only)):
-            by_count[count].append(idx)
-        self._by_count = {count: dict.fromkeys(ids) for count, ids in by_count.items()}
-        self._counts = sorted(self._by_count)
+        self._by_count = None  # frequency buckets: made on the first "most frequent" query
         occurrences: dict[str, list[int]] = {}
         appenders: dict[str, Callable[[int], None]] = {}  # bound `append`s: no lookup per token
         lengths = []
@@ -348,11 +354,12 @@ class LessonsIndex:
             else:
                 self._postings[name].setdefault(getattr(lesson, name), {})[idx] = None
         bisect.insort(self._times, (seen_at, idx))
-        bucket = self._by_count.get(lesson.times_seen)
-        if bucket is None:
-            bucket = self._by_count[lesson.times_seen] = {}
-            bisect.insort(self._counts, lesson.times_seen)
-        bucket[idx] = None
+        if self._by_count is not None:
+            bucket = self._by_count.get(lesson.times_seen)
+            if bucket is None:
+                bucket = self._by_count[lesson.times_seen] = {}
+                bisect.insort(self._counts, lesson.times_seen)
+            bucket[idx] = None
         if self._by_key is not None:
             self._by_key[self._dedup_key(lesson)] = idx
 
@@ -383,11 +390,21 @@ class LessonsIndex:
         at = bisect.bisect_left(self._times, (row.seen_at, idx))
         if at < len(self._times) and self._times[at] == (row.seen_at, idx):
             del self._times[at]
-        bucket = self._by_count[row.lesson.times_seen]
-        bucket.pop(idx, None)
-        if not bucket:
-            del self._by_count[row.lesson.times_seen]
-            self._counts.remove(row.lesson.times_seen)
+        if self._by_count is not None:
+            bucket = self._by_count[row.lesson.times_seen]
+            bucket.pop(idx, None)
+            if not bucket:
+                del self._by_count[row.lesson.times_seen]
+                self._counts.remove(row.lesson.times_seen)
+
+    def _frequency_buckets(self) -> dict[int, dict[int, None]]:
+        if self._by_count is None:
+            grouped: defaultdict[int, list[int]] = defaultdict(list)
+            for idx, row in enumerate(self._rows):
+                grouped[row.lesson.times_seen].append(idx)
+            self._by_count = {count: dict.fromkeys(ids) for count, ids in grouped.items()}
+            self._counts = sorted(self._by_count)
+        return self._by_count
 
     @staticmethod
     def _dedup_key(lesson: Lesson) -> tuple[str, str, str, str]:
@@ -521,8 +538,9 @@ class LessonsIndex:
             top = heapq.nlargest(limit, found, key=lambda idx: self._rows[idx].lesson.times_seen)
             yield from ((idx, float(self._rows[idx].lesson.times_seen)) for idx in top)
             return
+        buckets = self._frequency_buckets()
         for count in reversed(self._counts):
-            for idx in reversed(self._by_count[count]):
+            for idx in reversed(buckets[count]):
                 if self._within(idx, after, before):
                     yield idx, float(count)
 

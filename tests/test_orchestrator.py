@@ -209,3 +209,15 @@ async def test_second_identical_run_hits_the_result_cache_even_after_restart(
     assert [t.cache_hit for t in refreshed.tasks] == [False, False]
     assert len(counter.read_text().split()) == 4
     assert all(t.landed for t in third.tasks + refreshed.tasks)
+
+
+async def test_missing_template_variable_fails_the_task_clearly(client, make_worker, task_queue, git_remote, settings):
+    b = board(2)
+    b.tasks[0].template = "Do {{ task.id }} carefully, mind {{ no_such_variable }}"
+    async with make_worker():
+        result = await run_board(client, task_queue, git_remote, b)
+    by_id = {t.id: t for t in result.tasks}
+    assert by_id["T1"].status == "failed"
+    assert "no_such_variable" in by_id["T1"].reason and "undefined" in by_id["T1"].reason
+    assert by_id["T2"].landed
+    assert leftover_worktrees(settings) == []
