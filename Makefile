@@ -29,6 +29,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/templates.py
 	$(PY) benchmarks/result_cache.py
 
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --select F,E9 .
+
 histories: $(STAMP)
 	TASKFLEET_RECORD_HISTORIES=1 $(PY) -m pytest -k 'not replay'
 

@@ -56,8 +56,7 @@ class TaskActivities:
     async def run_task(self, params: TaskInput) -> TaskResult:
         task = params.task
         started = time.monotonic()
-        logs = self.settings.logs_dir / slug(params.run_key, 120)
-        log_path = logs / f"{slug(task.id, 64)}.log"
+        log_path = self.settings.logs_dir / slug(params.run_key, 120) / f"{slug(task.id, 64)}.log"
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
         activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, activity.info().attempt)
         if not task.worktree:
@@ -81,7 +80,7 @@ class TaskActivities:
         except OpFailed as err:
             raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
         try:
-            await self._run(params, worktree, logs, log_path, result)
+            await self._run(params, worktree, log_path, result)
         finally:
             await asyncio.shield(asyncio.to_thread(self.worktrees.remove, params.repo, worktree))
             result.seconds = time.monotonic() - started
@@ -89,7 +88,7 @@ class TaskActivities:
             await self._record_lesson(params, result)
         return result
 
-    async def _run(self, params: TaskInput, worktree: Worktree, logs: Path, log_path: Path, result: TaskResult) -> None:
+    async def _run(self, params: TaskInput, worktree: Worktree, log_path: Path, result: TaskResult) -> None:
         task = params.task
         if worktree.resumed_commit:
             # A retry after a crash: this run already committed the task; only landing is left.
