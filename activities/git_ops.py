@@ -9,6 +9,7 @@ Arguments reach git as an argv list through GitPython, never through a shell.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -94,13 +95,8 @@ def _open_worktree(path: str) -> Repo:
         raise OpFailed(f"worktree {path} is not a git checkout") from None
 
 
-def apply_commit(repo: Repo, op: GitOp, first_attempt: bool = False) -> Applied:
-    """Stage the op's files (all changes when none are named) in its worktree and commit on its branch.
-
-    Hot path of every batch: only `git add` and `git commit` run as processes per op; branch and
-    head are read from the ref files, and commit messages through the clone's one `cat-file` process
-    (worktrees share its object database).
-    """
+def _checked_worktree(repo: Repo, op: GitOp) -> Repo:
+    """The commit op's worktree, once it is known to be a checkout of this clone on the op's branch."""
     wt_path = Path(op.worktree)
     if not wt_path.is_dir():
         raise OpFailed(f"worktree {op.worktree} does not exist on this worker")
@@ -118,7 +114,16 @@ def apply_commit(repo: Repo, op: GitOp, first_attempt: bool = False) -> Applied:
         resolved = (root / name).resolve()
         if resolved != root and root not in resolved.parents:
             raise OpFailed(f"file {name} resolves outside the worktree {op.worktree}")
+    return worktree
 
+
+def apply_commit(repo: Repo, op: GitOp, first_attempt: bool = False) -> Applied:
+    """Stage the op's files (all changes when none are named) in its worktree and commit on its branch.
+
+    Only `git add` and `git commit` run as processes; branch and head are read from the ref files,
+    and commit messages through the clone's one `cat-file` process (worktrees share its objects).
+    """
+    worktree = _checked_worktree(repo, op)
     head = _head_sha(worktree)
     # Only a batch that ran before can have committed this op (op ids are unique per batcher).
     resumable = head is not None and not first_attempt
@@ -259,6 +264,43 @@ def apply_op(repo: Repo, op: GitOp, remote: str, first_attempt: bool = False) ->
     raise OpFailed(f"unknown op_type {op.op_type!r}")
 
 
+# Commits a wave of independent commit ops at once from ONE shell: git processes fork from sh,
+# in parallel, instead of one Python spawn (holding the GIL) per git call. Every value arrives as
+# a positional argument; none is ever part of the script text.
+_WAVE_SCRIPT = r"""
+i=0
+while [ "$#" -gt 0 ]; do
+  wt=$1 msg=$2 trailer=$3
+  shift 3
+  ( cd -- "$wt" && git add -A >/dev/null 2>&1 && git commit -q -m "$msg" -m "$trailer" >/dev/null 2>&1
+    printf '%s\t%s\n' "$i" "$?" ) &
+  i=$((i + 1))
+done
+wait
+"""
+
+
+def commit_wave(repo: Repo, ops: list[GitOp]) -> dict[str, Applied]:
+    """First attempt at a wave of whole-worktree commit ops, in parallel. Returns the ops that
+    committed; any other (failed, nothing to commit) is left for `apply_commit` to redo and explain."""
+    args: list[str] = []
+    for op in ops:
+        args += [op.worktree, op.message, _trailer_line(op)]
+    env = {**os.environ, **commit_env(repo)}
+    done = subprocess.run(
+        ["sh", "-c", _WAVE_SCRIPT, "sh", *args], env=env, capture_output=True, text=True, check=False
+    )
+    committed: dict[str, Applied] = {}
+    for line in done.stdout.splitlines():
+        index, _, code = line.partition("\t")
+        if code == "0" and index.isdigit() and int(index) < len(ops):
+            op = ops[int(index)]
+            head = _head_sha(Repo(op.worktree))
+            if head:
+                committed[op.id] = Applied(f"refs/heads/{op.branch}", head, made_commit=True)
+    return committed
+
+
 def _parallel_waves(ops: list[GitOp]) -> list[list[GitOp]]:
     """Split ops into waves that may run at once without changing the outcome of running in order.
 
@@ -314,9 +356,18 @@ def apply_batch(
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="git-apply") as pool:
             for wave in _parallel_waves(ops):
-                if len(wave) == 1:
-                    results[wave[0].id] = pool.submit(apply_one, wave[0]).result()
-                    continue
+                if len(wave) > 1 and first_attempt:
+                    ready = []
+                    for op in wave:
+                        try:
+                            _checked_worktree(repo_for_thread(), op)
+                        except OpFailed as err:
+                            results[op.id] = err
+                            continue
+                        if not op.files:
+                            ready.append(op)
+                    results.update(commit_wave(repo_for_thread(), ready) if len(ready) > 1 else {})
+                wave = [op for op in wave if op.id not in results]
                 for op, result in zip(wave, pool.map(apply_one, wave)):
                     results[op.id] = result
     finally:
