@@ -63,7 +63,7 @@ class TaskActivities:
             # An empty folder: making and removing it costs microseconds, no thread hop needed.
             scratch = Path(tempfile.mkdtemp(prefix=f"{slug(task.id)}-", dir=self.settings.state_dir))
             try:
-                await self._execute(params, scratch, self._prompt_file(params, log_path), log_path, result)
+                await self._execute(params, scratch, *self._write_prompt(params, log_path), log_path, result)
             finally:
                 try:
                     scratch.rmdir()  # the usual case: the check left nothing behind
@@ -95,8 +95,7 @@ class TaskActivities:
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, worktree.resumed_commit, True
             await self._land(params, result)
             return
-        prompt_file = self._prompt_file(params, log_path)
-        prompt = prompt_file.read_text()
+        prompt_file, prompt = self._write_prompt(params, log_path)
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         key = cache_key(
             activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
@@ -115,7 +114,7 @@ class TaskActivities:
             await self._land(params, result)
             return
 
-        if not await self._execute(params, worktree.path, prompt_file, log_path, result):
+        if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result):
             return
         result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope, params.run_key)
         self.results.put(key, {
@@ -125,7 +124,9 @@ class TaskActivities:
         })
         await self._land(params, result)
 
-    async def _execute(self, params: TaskInput, cwd: Path, prompt_file: Path, log_path: Path, result: TaskResult) -> bool:
+    async def _execute(
+        self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult
+    ) -> bool:
         """Executor, then verification, in `cwd`; fills `result` and says whether both passed."""
         task = params.task
         env = {
@@ -134,7 +135,7 @@ class TaskActivities:
             "TASKFLEET_BRANCH": task.branch,
             "TASKFLEET_BASE": params.base,
             "TASKFLEET_WORKTREE": str(cwd),
-            "TASKFLEET_PROMPT": prompt_file.read_text(),
+            "TASKFLEET_PROMPT": prompt,
             "TASKFLEET_PROMPT_FILE": str(prompt_file),
         }
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
@@ -151,12 +152,13 @@ class TaskActivities:
         result.status = TASK_SUCCEEDED
         return True
 
-    def _prompt_file(self, params: TaskInput, log_path: Path) -> Path:
+    def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
+        prompt = self._prompt(params)
         prompt_file = log_path.with_suffix(".prompt.md")
         prompt_file.parent.mkdir(parents=True, exist_ok=True)
-        prompt_file.write_text(self._prompt(params))
-        return prompt_file
+        prompt_file.write_text(prompt)
+        return prompt_file, prompt
 
     def _prompt(self, params: TaskInput) -> str:
         task = params.task

@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from taskfleet.connection import StartupError, connect, load_connect_config
-from taskfleet.git_client import GitBatcherClient
+from taskfleet.git_client import GitBatcherClient, git_batch_workflow_id
 from taskfleet.models import DEFAULT_TASK_QUEUE, GitBatchConfig, GitBatchStatus, GitOp
 
 Command = Callable[[argparse.Namespace], Awaitable[int]]
@@ -43,14 +43,15 @@ def _batcher(args: argparse.Namespace, client: Client) -> GitBatcherClient:
     return GitBatcherClient(client, config, args.task_queue)
 
 
-def _op_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def _op_from_args(args: argparse.Namespace) -> GitOp | dict[str, Any]:
+    """The op as flags give it (GitBatcherClient sends only the fields set), or --op-json as is."""
     if args.op_json:
         try:
             raw = json.loads(args.op_json)
         except json.JSONDecodeError as err:
             raise StartupError(f"--op-json is not JSON: {err}") from None
         return raw
-    op = GitOp(
+    return GitOp(
         op_type=args.op_type,
         branch=args.branch or "",
         id=args.id or "",
@@ -60,7 +61,6 @@ def _op_from_args(args: argparse.Namespace) -> dict[str, Any]:
         target=args.target or "",
         reply_to=args.reply_to or "",
     )
-    return {k: v for k, v in asdict(op).items() if v not in ("", [], None)}
 
 
 async def git_enqueue(args: argparse.Namespace) -> int:
@@ -134,8 +134,6 @@ async def git_status(args: argparse.Namespace) -> int:
 
 
 async def git_id(args: argparse.Namespace) -> int:
-    from taskfleet.git_client import git_batch_workflow_id
-
     print(git_batch_workflow_id(os.path.abspath(args.repo), args.remote))
     return 0
 

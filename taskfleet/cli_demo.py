@@ -26,7 +26,7 @@ from taskfleet.naming import orchestrator_workflow_id
 from taskfleet.orchestrator_client import start_board
 from taskfleet.plugin import TaskfleetPlugin
 from taskfleet.settings import TaskfleetSettings
-from taskfleet.testing import git
+from taskfleet.testing import make_git_remote
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -36,21 +36,7 @@ DEMO_TASK_QUEUE = "taskfleet-demo"
 def prepare_demo_repo(folder: Path) -> Path:
     """A fresh clone of a fresh bare remote, seeded from examples/demo-repo; returns the clone."""
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    seed, remote, clone = folder / "seed", folder / "remote.git", folder / "clone"
-    shutil.copytree(EXAMPLES / "demo-repo", seed)
-    identity = ["-c", "user.name=taskfleet demo", "-c", "user.email=demo@taskfleet.invalid"]
-    git(folder, "init", "-q", "--bare", "-b", "main", str(remote))
-    git(seed, "init", "-q", "-b", "main")
-    git(seed, "add", "-A")
-    git(seed, *identity, "commit", "-q", "-m", "calc: an empty calculator")
-    git(seed, "push", "-q", str(remote), "main")
-    git(folder, "clone", "-q", str(remote), str(clone))
-    push_log = folder / "pushes.log"
-    hook = remote / "hooks" / "pre-receive"
-    hook.write_text(f'#!/bin/sh\ncat > /dev/null\necho push >> "{push_log}"\n')
-    hook.chmod(0o755)
-    return clone
+    return make_git_remote(folder, seed_from=EXAMPLES / "demo-repo", message="calc: an empty calculator").clone
 
 
 async def _wait_for_ctrl_c() -> None:

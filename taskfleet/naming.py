@@ -30,3 +30,9 @@ def orchestrator_workflow_id(board_name: str, unique: str) -> str:
 def landing_op_id(run_key: str, task_id: str) -> str:
     """One op id per (orchestrator run, task): a retried task never lands twice."""
     return f"{run_key}/{task_id}"
+
+
+def task_of_landing_op(run_key: str, op_id: str) -> str | None:
+    """The task a landing op id of this run names (the inverse of `landing_op_id`)."""
+    prefix = f"{run_key}/"
+    return op_id[len(prefix) :] if op_id.startswith(prefix) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,18 +50,24 @@ class GitRemoteFixture:
         hook.chmod(0o755)
 
 
-def make_git_remote(root: Path) -> GitRemoteFixture:
+def make_git_remote(root: Path, seed_from: Path | None = None, message: str = "seed") -> GitRemoteFixture:
+    """A bare remote whose `main` holds `seed_from`'s files (or two small files), and a clone of it."""
     root.mkdir(parents=True, exist_ok=True)
     remote = root / "remote.git"
     clone = root / "clone"
     push_log = root / "pushes.log"
     git(root, "init", "-q", "--bare", "-b", "main", str(remote))
     seed = root / "seed"
-    git(root, "init", "-q", "-b", "main", str(seed))
-    (seed / "README.md").write_text("seed\n")
-    (seed / "shared.txt").write_text("line 1\nline 2\nline 3\n")
+    if seed_from is not None:
+        shutil.copytree(seed_from, seed)
+    else:
+        seed.mkdir()
+        (seed / "README.md").write_text("seed\n")
+        (seed / "shared.txt").write_text("line 1\nline 2\nline 3\n")
+    git(seed, "init", "-q", "-b", "main")
     git(seed, "add", "-A")
-    git(seed, "commit", "-q", "-m", "seed")
+    # An identity for machines that have none configured (the environment still wins).
+    git(seed, "-c", "user.name=taskfleet", "-c", "user.email=taskfleet@localhost", "commit", "-q", "-m", message)
     git(seed, "push", "-q", str(remote), "main")
     git(root, "clone", "-q", str(remote), str(clone))
     fixture = GitRemoteFixture(clone=clone, remote=remote, push_log=push_log)

@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         TaskSpec,
     )
     from taskfleet.board import BoardError, validate_board
-    from taskfleet.naming import git_batch_workflow_id, landing_op_id
+    from taskfleet.naming import git_batch_workflow_id, task_of_landing_op
 
 TASK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -213,12 +213,9 @@ class OrchestratorWorkflow:
         for outcome in message.outcomes:
             task_id = self.s.awaiting_landing.pop(outcome.op_id, None)
             if task_id is None:
-                # The landing may be reported before run_task returned: match by op id instead.
-                task_id = next(
-                    (t for t in self.s.outcomes if landing_op_id(workflow.info().workflow_id, t) == outcome.op_id),
-                    None,
-                )
-            if task_id is None:
+                # The landing may be reported before run_task returned: the op id names the task.
+                task_id = task_of_landing_op(workflow.info().workflow_id, outcome.op_id)
+            if task_id not in self.s.outcomes:
                 continue
             task = self.s.outcomes[task_id]
             landed = outcome.status != OUTCOME_FAILED
