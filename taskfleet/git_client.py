@@ -18,6 +18,7 @@ from taskfleet.models import (
     GIT_BATCH_WORKFLOW,
     BatchResult,
     GitBatchConfig,
+    GitBatchStats,
     GitBatchStatus,
     GitOp,
 )
@@ -45,7 +46,8 @@ def _start_options(config: GitBatchConfig, task_queue: str) -> dict[str, Any]:
     )
 
 
-def _op_payload(op: GitOp | dict[str, Any]) -> dict[str, Any]:
+def op_payload(op: GitOp | dict[str, Any]) -> dict[str, Any]:
+    """An op as the JSON object sent on the wire: empty fields left out, `enqueued_at` never sent."""
     if isinstance(op, GitOp):
         data = asdict(op)
         data.pop("enqueued_at", None)
@@ -72,7 +74,7 @@ class GitBatcherClient:
             GIT_BATCH_WORKFLOW,
             self.config,
             start_signal="enqueue",
-            start_signal_args=[_op_payload(op)],
+            start_signal_args=[op_payload(op)],
             **_start_options(self.config, self.task_queue),
         )
 
@@ -82,7 +84,7 @@ class GitBatcherClient:
             GIT_BATCH_WORKFLOW, self.config, **_start_options(self.config, self.task_queue)
         )
         return await self.client.execute_update_with_start_workflow(
-            "submit", _op_payload(op), start_workflow_operation=start, result_type=str
+            "submit", op_payload(op), start_workflow_operation=start, result_type=str
         )
 
     async def flush(self) -> None:
@@ -96,3 +98,6 @@ class GitBatcherClient:
 
     async def status(self) -> GitBatchStatus:
         return await self.handle.query("status", result_type=GitBatchStatus)
+
+    async def stats(self) -> GitBatchStats:
+        return await self.handle.query("stats", result_type=GitBatchStats)

@@ -34,7 +34,9 @@ async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue, git_r
         for op in ops:
             await gb.enqueue(op)
         status = await landed_ops(gb, 10)
+        stats = await gb.stats()  # the counters alone, as the `stats` query gives them
         save_history("git_batcher_ten_ops", (await gb.handle.fetch_history()).to_json())
+    assert stats == status.stats
     assert git_remote.pushes() == 2
     for i in range(10):
         branch = f"task/t{i}"

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         GitBatch,
         GitBatchConfig,
         GitBatchState,
+        GitBatchStats,
         GitBatchStatus,
         GitOp,
         GitOpsLanded,
@@ -350,6 +351,11 @@ class GitBatchWorkflow:
             executing=self._executing,
             runs=self.s.runs,
         )
+
+    @workflow.query(name="stats")
+    def stats(self) -> GitBatchStats:
+        """Just the counters of `status`: cheap to ask often (a dashboard, a benchmark waiting)."""
+        return self.s.stats
 
     def _refresh_details(self) -> None:
         last = self.s.executed_batches[-1] if self.s.executed_batches else None
