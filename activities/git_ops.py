@@ -280,9 +280,12 @@ wait
 """
 
 
-def commit_wave(repo: Repo, ops: list[GitOp]) -> dict[str, Applied]:
+def commit_wave(repo: Repo, ops: list[GitOp], worktrees: dict[str, Repo]) -> dict[str, Applied]:
     """First attempt at a wave of whole-worktree commit ops, in parallel. Returns the ops that
-    committed; any other (failed, nothing to commit) is left for `apply_commit` to redo and explain."""
+    committed; any other (failed, nothing to commit) is left for `apply_commit` to redo and explain.
+
+    `worktrees` holds each op's checked worktree (by op id), opened once for the check and reused
+    here to read the new HEAD."""
     args: list[str] = []
     for op in ops:
         args += [op.worktree, op.message, _trailer_line(op)]
@@ -295,7 +298,7 @@ def commit_wave(repo: Repo, ops: list[GitOp]) -> dict[str, Applied]:
         index, _, code = line.partition("\t")
         if code == "0" and index.isdigit() and int(index) < len(ops):
             op = ops[int(index)]
-            head = _head_sha(Repo(op.worktree))
+            head = _head_sha(worktrees[op.id])
             if head:
                 committed[op.id] = Applied(f"refs/heads/{op.branch}", head, made_commit=True)
     return committed
@@ -357,16 +360,21 @@ def apply_batch(
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="git-apply") as pool:
             for wave in _parallel_waves(ops):
                 if len(wave) > 1 and first_attempt:
-                    ready = []
-                    for op in wave:
-                        try:
-                            _checked_worktree(repo_for_thread(), op)
-                        except OpFailed as err:
-                            results[op.id] = err
-                            continue
-                        if not op.files:
-                            ready.append(op)
-                    results.update(commit_wave(repo_for_thread(), ready) if len(ready) > 1 else {})
+                    ready, checked = [], {}
+                    try:
+                        for op in wave:
+                            try:
+                                checked[op.id] = _checked_worktree(repo_for_thread(), op)
+                            except OpFailed as err:
+                                results[op.id] = err
+                                continue
+                            if not op.files:
+                                ready.append(op)
+                        if len(ready) > 1:
+                            results.update(commit_wave(repo_for_thread(), ready, checked))
+                    finally:
+                        for worktree in checked.values():
+                            worktree.close()
                 wave = [op for op in wave if op.id not in results]
                 for op, result in zip(wave, pool.map(apply_one, wave)):
                     results[op.id] = result
