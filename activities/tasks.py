@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +17,7 @@ from activities.executor import CommandResult, run_command, tail
 from activities.git_ops import OpFailed, commit_env
 from activities.lessons_index import LessonsIndex
 from activities.result_cache import ResultCache, cache_key
+from activities.scratch import ScratchDirs
 from activities.templates import TEMPLATE_SUFFIXES, TemplateCache, TemplateRenderError
 from activities.worktrees import RUN_TRAILER, TASK_TRAILER, Worktree, WorktreeManager
 from taskfleet.git_client import GitBatcherClient
@@ -51,6 +50,8 @@ class TaskActivities:
         self.templates = templates
         self.results = results
         self.worktrees = WorktreeManager(settings.worktrees_dir)
+        self._made_dirs: set[Path] = set()
+        self.scratch = ScratchDirs(settings.scratch_dir)
 
     @activity.defn(name="run_task")
     async def run_task(self, params: TaskInput) -> TaskResult:
@@ -60,15 +61,12 @@ class TaskActivities:
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
         activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, activity.info().attempt)
         if not task.worktree:
-            # An empty folder: making and removing it costs microseconds, no thread hop needed.
-            scratch = Path(tempfile.mkdtemp(prefix=f"{slug(task.id)}-", dir=self.settings.state_dir))
+            # An empty folder, taken and given back in microseconds: no thread hop needed.
+            scratch = self.scratch.take()
             try:
                 await self._execute(params, scratch, *self._write_prompt(params, log_path), log_path, result)
             finally:
-                try:
-                    scratch.rmdir()  # the usual case: the check left nothing behind
-                except OSError:
-                    shutil.rmtree(scratch, ignore_errors=True)
+                self.scratch.give_back(scratch)
                 result.seconds = time.monotonic() - started
             if result.status == TASK_FAILED and result.failure_type:
                 await self._record_lesson(params, result)
@@ -139,14 +137,15 @@ class TaskActivities:
             "TASKFLEET_PROMPT_FILE": str(prompt_file),
         }
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
-        executed = await run_command(task.run, cwd, env, log_path, task.timeout_seconds, heartbeat, "run")
-        result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
-        if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
-            result.output_tail = tail(log_path)
-            return False
-        verified = await run_command(task.verify, cwd, env, log_path, task.timeout_seconds, heartbeat, "verify")
-        result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
-        result.output_tail = tail(log_path)
+        with open(log_path, "a+b") as log:
+            executed = await run_command(task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run")
+            result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
+            if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
+                result.output_tail = tail(log)
+                return False
+            verified = await run_command(task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify")
+            result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
+            result.output_tail = tail(log)
         if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
             return False
         result.status = TASK_SUCCEEDED
@@ -156,9 +155,15 @@ class TaskActivities:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
         prompt = self._prompt(params)
         prompt_file = log_path.with_suffix(".prompt.md")
-        prompt_file.parent.mkdir(parents=True, exist_ok=True)
+        self._ensure_dir(prompt_file.parent)
         prompt_file.write_text(prompt)
         return prompt_file, prompt
+
+    def _ensure_dir(self, folder: Path) -> None:
+        """mkdir once per run's log folder, not once per task: thousands of tasks share a few."""
+        if folder not in self._made_dirs or not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            self._made_dirs.add(folder)
 
     def _prompt(self, params: TaskInput) -> str:
         task = params.task
