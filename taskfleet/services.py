@@ -59,6 +59,7 @@ class WorkerServices:
             )
         await asyncio.to_thread(self.result_cache.open)
         stale = await asyncio.to_thread(self.tasks.worktrees.prune_stale)
+        await asyncio.to_thread(self.tasks.scratch.prune_stale)
         if stale:
             log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
         log.info(

@@ -38,6 +38,11 @@ class TaskfleetSettings:
         return self.state_dir / "logs"
 
     @property
+    def scratch_dir(self) -> Path:
+        """Working folders of tasks that run without a worktree."""
+        return self.state_dir / "scratch"
+
+    @property
     def worktrees_dir(self) -> Path:
         return self.state_dir / "worktrees"
 
