@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from taskfleet.plugin import TaskfleetPlugin
+from taskfleet.plugin import WORKFLOWS, TaskfleetPlugin
 from tests.conftest import HISTORIES
+from tests.sandboxed_twins import TWINS
 
 EXPECTED = {
     "smoke",
@@ -32,22 +34,45 @@ def load_histories() -> list[WorkflowHistory]:
     return histories
 
 
-async def test_recorded_histories_replay(settings):
-    names = {path.stem for path in HISTORIES.glob("*.json")}
-    assert EXPECTED <= names, f"missing recorded histories: {EXPECTED - names}"
-    replayer = Replayer(workflows=[], plugins=[TaskfleetPlugin(settings)])
-    histories = load_histories()
+async def replay(replayer: Replayer, histories: list[WorkflowHistory]) -> tuple[list[str], dict[str, str]]:
+    """Replay every history; the workflow ids replayed, and the failures by workflow id."""
 
     async def each() -> AsyncIterator[WorkflowHistory]:
         for history in histories:
             yield history
 
-    # The iterator form: with a plugin, Replayer.replay_workflows in SDK 1.35 fails on a plain list.
+    # The iterator form: Replayer.replay_workflows in SDK 1.35 fails on a plain list.
     replayed, failures = [], {}
     async with replayer.workflow_replay_iterator(each()) as results:
         async for result in results:
             replayed.append(result.history.workflow_id)
             if result.replay_failure:
                 failures[result.history.workflow_id] = str(result.replay_failure)
+    return replayed, failures
+
+
+async def test_recorded_histories_replay(settings):
+    names = {path.stem for path in HISTORIES.glob("*.json")}
+    assert EXPECTED <= names, f"missing recorded histories: {EXPECTED - names}"
+    histories = load_histories()
+    replayed, failures = await replay(Replayer(workflows=[], plugins=[TaskfleetPlugin(settings)]), histories)
     assert not failures, failures
     assert sorted(replayed) == sorted(h.workflow_id for h in histories)
+
+
+async def test_unsandboxed_workflows_replay_inside_the_sandbox():
+    """Workflows that run unsandboxed for speed must still pass the sandbox's checks (no
+    wall-clock time, randomness, I/O or restricted imports): replay their histories inside it."""
+    unsandboxed = {workflow._Definition.from_class(cls).name for cls in WORKFLOWS
+                   if not workflow._Definition.from_class(cls).sandboxed}
+    twins = {workflow._Definition.from_class(cls).name: cls for cls in TWINS}
+    assert unsandboxed == set(twins), "every unsandboxed workflow needs a twin in tests/sandboxed_twins.py"
+    histories = [h for h in load_histories() if _workflow_type(h) in twins]
+    assert histories, f"no recorded history of {sorted(twins)}"
+    replayed, failures = await replay(Replayer(workflows=list(twins.values())), histories)
+    assert not failures, failures
+    assert sorted(replayed) == sorted(h.workflow_id for h in histories)
+
+
+def _workflow_type(history: WorkflowHistory) -> str:
+    return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
