@@ -108,7 +108,7 @@ async def main() -> None:
     parser.add_argument("--ops", type=int, default=50)
     parser.add_argument("--max-batch-size", type=int, default=10)
     parser.add_argument("--delay", type=float, default=0.1, help="seconds added per ssh connection")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per mode; medians are compared")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per mode; medians are compared")
     parser.add_argument("--transport", choices=["local", "ssh_delay"], action="append",
                         help="measure only this transport (repeatable; default: both)")
     args = parser.parse_args()
