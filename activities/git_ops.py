@@ -95,26 +95,66 @@ def _open_worktree(path: str) -> Repo:
         raise OpFailed(f"worktree {path} is not a git checkout") from None
 
 
-def _checked_worktree(repo: Repo, op: GitOp) -> Repo:
+@dataclass
+class Checkout:
+    """A checkout's git state as its files record it: read in microseconds, with no `Repo` and no
+    git process (a batch checks every commit op's worktree before committing)."""
+
+    root: Path
+    git_dir: Path
+    common_dir: Path
+    branch: str  # "" when HEAD is detached
+
+    @classmethod
+    def read(cls, path: str) -> Checkout:
+        root = Path(path)
+        if not root.is_dir():
+            raise OpFailed(f"worktree {path} does not exist on this worker")
+        dot_git = root / ".git"
+        try:
+            if dot_git.is_dir():
+                git_dir = dot_git
+            else:  # a linked worktree: `.git` is a file naming its git dir
+                text = dot_git.read_text().strip()
+                if not text.startswith("gitdir: "):
+                    raise OSError
+                git_dir = (root / text[len("gitdir: ") :]).resolve()
+            commondir = git_dir / "commondir"
+            common = (git_dir / commondir.read_text().strip()).resolve() if commondir.is_file() else git_dir.resolve()
+            head = (git_dir / "HEAD").read_text().strip()
+        except OSError:
+            raise OpFailed(f"worktree {path} is not a git checkout") from None
+        branch = head[len("ref: refs/heads/") :] if head.startswith("ref: refs/heads/") else ""
+        return cls(root, git_dir, common, branch)
+
+    def branch_commit(self) -> str | None:
+        """The branch's commit from its loose ref file (where `git commit` just wrote it), else git."""
+        try:
+            return (self.common_dir / "refs" / "heads" / self.branch).read_text().strip() or None
+        except OSError:
+            worktree = _open_worktree(str(self.root))
+            try:
+                return _head_sha(worktree)
+            finally:
+                worktree.close()
+
+
+def _check_worktree(repo: Repo, op: GitOp) -> Checkout:
     """The commit op's worktree, once it is known to be a checkout of this clone on the op's branch."""
-    wt_path = Path(op.worktree)
-    if not wt_path.is_dir():
-        raise OpFailed(f"worktree {op.worktree} does not exist on this worker")
-    worktree = _open_worktree(op.worktree)
-    if Path(worktree.common_dir).resolve() != Path(repo.common_dir).resolve():
+    checkout = Checkout.read(op.worktree)
+    if checkout.common_dir != Path(repo.common_dir).resolve():
         raise OpFailed(f"worktree {op.worktree} belongs to another repository than {repo.working_dir}")
-    current = "" if worktree.head.is_detached else worktree.head.ref.name
-    if current != op.branch:
+    if checkout.branch != op.branch:
         raise OpFailed(
-            f"worktree {op.worktree} is on {current or 'a detached HEAD'}, not on branch {op.branch}; "
+            f"worktree {op.worktree} is on {checkout.branch or 'a detached HEAD'}, not on branch {op.branch}; "
             f"run `git switch {op.branch}` there or send the right worktree"
         )
-    root = wt_path.resolve()
+    root = checkout.root.resolve()
     for name in op.files:
         resolved = (root / name).resolve()
         if resolved != root and root not in resolved.parents:
             raise OpFailed(f"file {name} resolves outside the worktree {op.worktree}")
-    return worktree
+    return checkout
 
 
 def apply_commit(repo: Repo, op: GitOp, first_attempt: bool = False) -> Applied:
@@ -123,7 +163,15 @@ def apply_commit(repo: Repo, op: GitOp, first_attempt: bool = False) -> Applied:
     Only `git add` and `git commit` run as processes; branch and head are read from the ref files,
     and commit messages through the clone's one `cat-file` process (worktrees share its objects).
     """
-    worktree = _checked_worktree(repo, op)
+    _check_worktree(repo, op)
+    worktree = _open_worktree(op.worktree)
+    try:
+        return _commit_in(repo, worktree, op, first_attempt)
+    finally:
+        worktree.close()
+
+
+def _commit_in(repo: Repo, worktree: Repo, op: GitOp, first_attempt: bool) -> Applied:
     head = _head_sha(worktree)
     # Only a batch that ran before can have committed this op (op ids are unique per batcher).
     resumable = head is not None and not first_attempt
@@ -280,12 +328,12 @@ wait
 """
 
 
-def commit_wave(repo: Repo, ops: list[GitOp], worktrees: dict[str, Repo]) -> dict[str, Applied]:
+def commit_wave(repo: Repo, ops: list[GitOp], checkouts: dict[str, Checkout]) -> dict[str, Applied]:
     """First attempt at a wave of whole-worktree commit ops, in parallel. Returns the ops that
     committed; any other (failed, nothing to commit) is left for `apply_commit` to redo and explain.
 
-    `worktrees` holds each op's checked worktree (by op id), opened once for the check and reused
-    here to read the new HEAD."""
+    `checkouts` holds each op's checked worktree (by op id), read once for the check and used here
+    to read the new commit."""
     args: list[str] = []
     for op in ops:
         args += [op.worktree, op.message, _trailer_line(op)]
@@ -298,7 +346,7 @@ def commit_wave(repo: Repo, ops: list[GitOp], worktrees: dict[str, Repo]) -> dic
         index, _, code = line.partition("\t")
         if code == "0" and index.isdigit() and int(index) < len(ops):
             op = ops[int(index)]
-            head = _head_sha(worktrees[op.id])
+            head = checkouts[op.id].branch_commit()
             if head:
                 committed[op.id] = Applied(f"refs/heads/{op.branch}", head, made_commit=True)
     return committed
@@ -361,20 +409,16 @@ def apply_batch(
             for wave in _parallel_waves(ops):
                 if len(wave) > 1 and first_attempt:
                     ready, checked = [], {}
-                    try:
-                        for op in wave:
-                            try:
-                                checked[op.id] = _checked_worktree(repo_for_thread(), op)
-                            except OpFailed as err:
-                                results[op.id] = err
-                                continue
-                            if not op.files:
-                                ready.append(op)
-                        if len(ready) > 1:
-                            results.update(commit_wave(repo_for_thread(), ready, checked))
-                    finally:
-                        for worktree in checked.values():
-                            worktree.close()
+                    for op in wave:
+                        try:
+                            checked[op.id] = _check_worktree(repo_for_thread(), op)
+                        except OpFailed as err:
+                            results[op.id] = err
+                            continue
+                        if not op.files:
+                            ready.append(op)
+                    if len(ready) > 1:
+                        results.update(commit_wave(repo_for_thread(), ready, checked))
                 wave = [op for op in wave if op.id not in results]
                 for op, result in zip(wave, pool.map(apply_one, wave)):
                     results[op.id] = result

@@ -7,6 +7,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from taskfleet.git_client import GitBatcherClient
 from taskfleet.models import GitBatchConfig, GitOp
+from taskfleet.testing import make_git_remote
 from tests.conftest import GitRemoteFixture, git, landed_ops, save_history
 
 
@@ -237,3 +238,39 @@ async def test_bad_repo_fails_batch_keeps_ops_and_retry_update(client: Client, m
         with pytest.raises(WorkflowUpdateFailedError) as caught:
             await gb.retry("batch-999")
         assert "not a failed batch" in str(caught.value.cause)
+
+
+async def test_commit_ops_with_wrong_worktrees_fail_alone(client: Client, make_worker, task_queue, git_remote, tmp_path):
+    """A batch's commit ops are checked before the parallel commit: a missing path, a plain folder,
+    a worktree on another branch and one of another clone each fail with why; the rest land."""
+    fx = git_remote
+    good = [commit_op(fx, f"good/{i}", f"good-{i}")[0] for i in range(2)]
+    wrong_branch, _ = commit_op(fx, "wrong/actual", "wrong-branch")
+    wrong_branch.branch = "wrong/expected"
+    git(fx.clone, "branch", "wrong/expected", "main")
+    plain = tmp_path / "plain-folder"
+    plain.mkdir()
+    other = make_git_remote(tmp_path / "other")
+    other_wt = other.worktree("foreign/1")
+    other.change(other_wt, "x.txt", "x\n")
+    bad = [
+        wrong_branch,
+        GitOp(op_type="commit", branch="good/0", worktree=str(tmp_path / "missing"), id="missing", message="m"),
+        GitOp(op_type="commit", branch="good/1", worktree=str(plain), id="plain", message="m"),
+        GitOp(op_type="commit", branch="foreign/1", worktree=str(other_wt), id="foreign", message="m"),
+    ]
+    gb = batcher(client, fx, task_queue, max_batch_size=10)
+    async with make_worker():
+        for op in good + bad:
+            await gb.enqueue(op)
+        result = await gb.flush_now()
+        assert (await gb.status()).rejected == []
+    reasons = {o.op_id: o.reason for o in result.outcomes if o.status == "failed"}
+    assert set(reasons) == {"wrong-branch", "missing", "plain", "foreign"}
+    assert "is on wrong/actual, not on branch wrong/expected" in reasons["wrong-branch"]
+    assert "does not exist on this worker" in reasons["missing"]
+    assert "is not a git checkout" in reasons["plain"]
+    assert "belongs to another repository" in reasons["foreign"]
+    for i in range(2):
+        assert fx.remote_ref(f"good/{i}") == git(fx.clone, "rev-parse", f"good/{i}")
+    assert fx.pushes() == 1
