@@ -25,6 +25,7 @@ worker: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/git_batching.py
 	$(PY) benchmarks/dispatch.py
+	$(PY) benchmarks/sdk_baseline.py
 	$(PY) benchmarks/lessons.py
 	$(PY) benchmarks/templates.py
 	$(PY) benchmarks/result_cache.py
