@@ -50,7 +50,6 @@ class TaskActivities:
         self.templates = templates
         self.results = results
         self.worktrees = WorktreeManager(settings.worktrees_dir)
-        self._made_dirs: set[Path] = set()
         self.scratch = ScratchDirs(settings.scratch_dir)
 
     @activity.defn(name="run_task")
@@ -155,15 +154,9 @@ class TaskActivities:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
         prompt = self._prompt(params)
         prompt_file = log_path.with_suffix(".prompt.md")
-        self._ensure_dir(prompt_file.parent)
+        prompt_file.parent.mkdir(parents=True, exist_ok=True)
         prompt_file.write_text(prompt)
         return prompt_file, prompt
-
-    def _ensure_dir(self, folder: Path) -> None:
-        """mkdir once per run's log folder, not once per task: thousands of tasks share a few."""
-        if folder not in self._made_dirs or not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            self._made_dirs.add(folder)
 
     def _prompt(self, params: TaskInput) -> str:
         task = params.task

@@ -38,13 +38,7 @@ def prepare(root: Path, n: int, ssh: bool) -> tuple[object, list[GitOp]]:
     fx = make_git_remote(root)
     if ssh:
         git(fx.clone, "remote", "set-url", "origin", f"ssh://bench-host{fx.remote}")
-    ops = []
-    for i in range(n):
-        branch = f"bench/{i}"
-        wt = fx.worktree(branch)
-        fx.change(wt, f"file{i}.txt", f"change {i}\n")
-        ops.append(GitOp(op_type="commit", branch=branch, message=f"change {i}", worktree=str(wt), id=f"op-{i}"))
-    return fx, ops
+    return fx, fx.commit_ops("bench", n)
 
 
 async def _until_all_reported(gb: GitBatcherClient, fx, ops: list[GitOp], timeout: float = 600):

@@ -7,6 +7,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from taskfleet.models import GitOp
+
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
     proc = subprocess.run(
@@ -43,6 +45,16 @@ class GitRemoteFixture:
         target = worktree / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+
+    def commit_ops(self, prefix: str, count: int) -> list[GitOp]:
+        """`count` commit ops, each on its own worktree and branch `<prefix>/<i>` with one new file."""
+        ops = []
+        for i in range(count):
+            branch = f"{prefix}/{i}"
+            wt = self.worktree(branch)
+            self.change(wt, f"{i}.txt", f"{branch}\n")
+            ops.append(GitOp(op_type="commit", branch=branch, message=f"change {i}", worktree=str(wt), id=f"{prefix}-{i}"))
+        return ops
 
     def install_hook(self, name: str, body: str) -> None:
         hook = self.remote / "hooks" / name

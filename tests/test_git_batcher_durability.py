@@ -11,16 +11,6 @@ from taskfleet.models import GitBatchConfig, GitOp
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, landed_ops, save_history
 
 
-def prepare_commits(fx: GitRemoteFixture, prefix: str, count: int) -> list[GitOp]:
-    ops = []
-    for i in range(count):
-        branch = f"{prefix}/{i}"
-        wt = fx.worktree(branch)
-        fx.change(wt, f"{i}.txt", f"{branch}\n")
-        ops.append(GitOp(op_type="commit", branch=branch, message=f"change {i}", worktree=str(wt), id=f"{prefix}-{i}"))
-    return ops
-
-
 def assert_each_landed_once(fx: GitRemoteFixture, ops: list[GitOp]) -> None:
     for op in ops:
         remote_sha = fx.remote_ref(op.branch)
@@ -42,7 +32,7 @@ async def test_worker_killed_during_push_every_op_lands_once(
         f'cat > /dev/null\ntouch "{started}"\n'
         f'while [ ! -e "{release}" ]; do sleep 0.05; done\necho push >> "{fx.push_log}"\n',
     )
-    ops = prepare_commits(fx, "crash", 6)
+    ops = fx.commit_ops("crash", 6)
     gb = GitBatcherClient(
         client,
         GitBatchConfig(repo=str(fx.clone), max_batch_size=6, max_batch_age_seconds=3600, heartbeat_timeout_seconds=2),
@@ -86,7 +76,7 @@ async def test_ops_arriving_through_continue_as_new_land_once(
     client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
 ):
     fx = git_remote
-    ops = prepare_commits(fx, "can", 24)
+    ops = fx.commit_ops("can", 24)
     gb = GitBatcherClient(
         client,
         GitBatchConfig(repo=str(fx.clone), max_batch_size=4, max_batch_age_seconds=3600, max_history_events=30),

@@ -16,6 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from taskfleet.errors import root_cause_message
     from taskfleet.gitops import InvalidGitOp, parse_config, parse_git_op
     from taskfleet.models import (
         BATCH_COMPLETED,
@@ -47,12 +48,6 @@ PUSH_RETRY = RetryPolicy(
     maximum_attempts=5,
     non_retryable_error_types=["InvalidRepository"],
 )
-
-
-def _cause_message(err: BaseException) -> str:
-    while err.__cause__ is not None:
-        err = err.__cause__
-    return str(err) or type(err).__name__
 
 
 def _refs_touched(ops: list[GitOp]) -> int:
@@ -194,7 +189,7 @@ class GitBatchWorkflow:
             )
         except ActivityError as err:
             batch.status = BATCH_FAILED
-            batch.error = _cause_message(err)
+            batch.error = root_cause_message(err)
             batch.outcomes = [
                 OpOutcome(op.id, op.op_type, op.branch, OUTCOME_FAILED, reason=f"batch failed: {batch.error}")
                 for op in batch.ops

@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from taskfleet.errors import root_cause_message
     from taskfleet.models import (
         OUTCOME_FAILED,
         TASK_CANCELLED,
@@ -51,12 +52,6 @@ def _summary(task: TaskSpec) -> str:
     """`T2.3: Prompt template caching`: the task id and the head of its scope, for the UI."""
     head = task.scope.split(":")[0].strip()
     return f"{task.id}: {head}"[:100] if head else task.id
-
-
-def _cause(err: BaseException) -> str:
-    while err.__cause__ is not None:
-        err = err.__cause__
-    return str(err) or type(err).__name__
 
 
 # Unsandboxed, measured: SDK 1.35 asks a sandboxed instance for the serialization context of every
@@ -184,7 +179,7 @@ class OrchestratorWorkflow:
             if isinstance(err.cause, CancelledError):
                 self._set_status(outcome, TASK_CANCELLED, "cancelled")
             else:
-                self._set_status(outcome, TASK_FAILED, _cause(err))
+                self._set_status(outcome, TASK_FAILED, root_cause_message(err))
             workflow.logger.warning("task %s: %s", task.id, outcome.reason)
         else:
             self._set_status(outcome, result.status)
@@ -274,8 +269,7 @@ class OrchestratorWorkflow:
         stats.wall_seconds = round((workflow.now() - started).total_seconds(), 3)
         stats.speedup = round(stats.task_seconds / stats.wall_seconds, 2) if stats.wall_seconds else 0.0
         stats.pushes = len(self.s.landed_batches)
-        landed = sum(1 for t in self.s.outcomes.values() if t.landed)
-        stats.network_savings = max(landed - stats.pushes, 0)
+        stats.network_savings = max(self._tally["landed"] - stats.pushes, 0)
         stats.largest_history_length = max(stats.largest_history_length, workflow.info().get_current_history_length())
         return OrchestratorResult(tasks=list(self.s.outcomes.values()), stats=stats)
 
