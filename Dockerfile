@@ -2,11 +2,12 @@
 FROM python:3.11-slim
 RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY pyproject.toml README.md worker.py ./
+COPY pyproject.toml README.md ./
 COPY taskfleet ./taskfleet
 COPY workflows ./workflows
 COPY activities ./activities
+COPY examples ./examples
 RUN pip install --no-cache-dir .
 # Connection comes from TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS_* at run time.
 STOPSIGNAL SIGTERM
-CMD ["python", "worker.py"]
+CMD ["taskfleet-worker"]

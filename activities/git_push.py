@@ -7,11 +7,11 @@ import time
 
 from git import PushInfo, Repo
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+from taskfleet.activities.support.git_op_application import Applied, OpFailed, apply_batch
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.git_ops import Applied, OpFailed, apply_batch
-from taskfleet.models import (
+from taskfleet.core.models.git_batch import (
     OUTCOME_FAILED,
     OUTCOME_LANDED,
     OUTCOME_UP_TO_DATE,
@@ -19,6 +19,7 @@ from taskfleet.models import (
     PushBatchInput,
     PushBatchOutput,
 )
+from taskfleet.core.names import ACTIVITY_PUSH_BATCH
 
 _FAILED_FLAGS = PushInfo.ERROR | PushInfo.REJECTED | PushInfo.REMOTE_REJECTED | PushInfo.REMOTE_FAILURE
 # Remote-side races that a second attempt usually clears; the activity's retry policy handles them.
@@ -147,7 +148,7 @@ class GitPushActivities:
     def __init__(self, heartbeat_every: float = 1.0) -> None:
         self.heartbeat_every = heartbeat_every
 
-    @activity.defn(name="push_batch")
+    @activity.defn(name=ACTIVITY_PUSH_BATCH)
     async def push_batch(self, params: PushBatchInput) -> PushBatchOutput:
         activity.logger.info(
             "landing %s: %d ops on %s (%s), attempt %d",

@@ -5,11 +5,21 @@ from __future__ import annotations
 import asyncio
 from dataclasses import fields
 
+from taskfleet.activities.services.lessons_index import MAX_LIMIT, LessonsIndex, _timestamp
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.lessons_index import MAX_LIMIT, LessonsIndex, _timestamp
-from taskfleet.models import Lesson, LessonMatch, LessonQuery, LessonsStats
+from taskfleet.core.models.lessons import (
+    Lesson,
+    LessonMatch,
+    LessonQuery,
+    LessonsStats,
+)
+from taskfleet.core.names import (
+    ACTIVITY_LESSONS_STATS,
+    ACTIVITY_QUERY_LESSONS,
+    ACTIVITY_RECORD_LESSON,
+)
 
 
 def _bad_input(message: str) -> ApplicationError:
@@ -42,13 +52,13 @@ class LessonsActivities:
     def __init__(self, index: LessonsIndex) -> None:
         self.index = index
 
-    @activity.defn(name="query_lessons")
+    @activity.defn(name=ACTIVITY_QUERY_LESSONS)
     async def query_lessons(self, q: LessonQuery) -> list[LessonMatch]:
         validate_query(q)
         self.index.refresh()  # lines other workers appended: a stat() when there are none
         return self.index.query(q)
 
-    @activity.defn(name="record_lesson")
+    @activity.defn(name=ACTIVITY_RECORD_LESSON)
     async def record_lesson(self, lesson: Lesson) -> Lesson:
         validate_lesson(lesson)
         stored = await asyncio.to_thread(self.index.record, lesson)
@@ -58,7 +68,7 @@ class LessonsActivities:
         )
         return stored
 
-    @activity.defn(name="lessons_stats")
+    @activity.defn(name=ACTIVITY_LESSONS_STATS)
     async def lessons_stats(self) -> LessonsStats:
         self.index.refresh()
         return self.index.stats()

@@ -16,10 +16,10 @@ from temporalio.worker import Worker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from taskfleet.devserver import find_temporal_cli  # noqa: E402
+from taskfleet.core.search_attributes import ALL  # noqa: E402
+from taskfleet.core.settings import TaskfleetSettings  # noqa: E402
+from taskfleet.devserver.server import find_temporal_cli  # noqa: E402
 from taskfleet.plugin import TaskfleetPlugin  # noqa: E402
-from taskfleet.search_attributes import ALL  # noqa: E402
-from taskfleet.settings import TaskfleetSettings  # noqa: E402
 
 # The dev server prints a banner on the stdout it inherits: keep fd 1 for our JSON alone.
 _JSON_OUT = os.fdopen(os.dup(1), "w")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from common import emit, temporal_worker
 
-from taskfleet.models import Board, TaskSpec
-from taskfleet.orchestrator_client import start_board
+from taskfleet.clients.orchestrator import start_board
+from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.testing import make_git_remote
 
 TASK_QUEUE = "bench-dispatch"

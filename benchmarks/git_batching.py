@@ -21,8 +21,8 @@ from pathlib import Path
 
 from common import emit, temporal_worker
 
-from taskfleet.git_client import GitBatcherClient, op_payload
-from taskfleet.models import GitBatchConfig, GitOp
+from taskfleet.clients.git_batcher import GitBatcherClient, op_payload
+from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
 from taskfleet.testing import git, make_git_remote
 
 

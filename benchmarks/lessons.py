@@ -17,9 +17,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from common import emit
+from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern, tokenize
 
-from activities.lessons_index import LessonsIndex, normalize_pattern, tokenize
-from taskfleet.models import LessonQuery
+from taskfleet.core.models.lessons import LessonQuery
 
 TASK_TYPES = [f"task_{i}" for i in range(40)]
 ACTIVITY_TYPES = ["implement", "plan", "judge", "verify", "land", "codemod", "review", "test"]

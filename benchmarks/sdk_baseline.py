@@ -15,12 +15,11 @@ import time
 from datetime import timedelta
 
 from common import emit
-
 from temporalio import activity, workflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from taskfleet.devserver import find_temporal_cli
+from taskfleet.devserver.server import find_temporal_cli
 
 TASK_QUEUE = "bench-sdk-baseline"
 

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client  # noqa: E402
 
-from taskfleet.git_client import GitBatcherClient  # noqa: E402
-from taskfleet.models import GitBatchConfig  # noqa: E402
+from taskfleet.clients.git_batcher import GitBatcherClient  # noqa: E402
+from taskfleet.core.models.git_batch import GitBatchConfig  # noqa: E402
 
 
 async def main() -> None:

@@ -8,8 +8,7 @@ import time
 
 import jinja2
 from common import emit
-
-from activities.templates import DEFAULT_TEMPLATES_DIR, TemplateCache
+from taskfleet.activities.services.template_cache import DEFAULT_TEMPLATES_DIR, TemplateCache
 
 
 def context() -> dict:

@@ -1,20 +1,103 @@
-"""`TaskfleetPlugin`: adds taskfleet's workflows and activities to any Temporal worker."""
+"""`TaskfleetPlugin`: adds taskfleet's workflows and activities to any Temporal worker.
+
+The plugin owns the worker-memory services (lessons index, prompt template cache, result cache) and
+the activity objects that read them. They start in the worker's run context (once per worker start,
+so a broken template or unreadable file stops that start with one clear line) and never on a
+`Replayer`, which only replays history and must not touch the file system.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+from temporalio.client import WorkflowHistory
 from temporalio.plugin import SimplePlugin
+from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from taskfleet.services import WorkerServices
-from taskfleet.settings import TaskfleetSettings
-from workflows.git_batcher import GitBatchWorkflow
-from workflows.lessons_query import LessonsQueryWorkflow
-from workflows.orchestrator import OrchestratorWorkflow
-from workflows.smoke import SmokeWorkflow
+from taskfleet.activities.git_push import GitPushActivities
+from taskfleet.activities.lessons import LessonsActivities
+from taskfleet.activities.services.lessons_index import LessonsIndex
+from taskfleet.activities.services.result_cache import ResultCache
+from taskfleet.activities.services.template_cache import TemplateCache
+from taskfleet.activities.task_runner import TaskActivities
+from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.workflows.git_batcher import GitBatchWorkflow
+from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
+from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 
-WORKFLOWS: list[type] = [SmokeWorkflow, GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow]
+log = logging.getLogger("taskfleet.plugin")
+
+WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow]
+
+# Modules a user's sandboxed workflow may import (directly, or through `from taskfleet import
+# TaskfleetPlugin` at the top of its module) without the sandbox re-importing them: GitPython runs
+# `git` when first imported, which the sandbox forbids.
+SANDBOX_PASSTHROUGH = ("taskfleet", "git", "gitdb", "smmap", "jinja2", "markupsafe", "anthropic", "httpx")
+
+
+class WorkerServices:
+    """The worker-memory services and the objects whose bound methods are our activities.
+
+    Building them is cheap; loading (lessons file, template compilation, cache database) happens in
+    `running()`.
+    """
+
+    def __init__(self, settings: TaskfleetSettings) -> None:
+        self.settings = settings
+        self.lessons = LessonsIndex(settings.lessons_path)
+        self.templates = TemplateCache(settings.templates_dir)
+        self.result_cache = ResultCache(settings.result_cache_path, settings.result_cache_memory_bytes)
+        self.git = GitPushActivities()
+        self.lesson_activities = LessonsActivities(self.lessons)
+        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
+        self.started = False
+
+    def activities(self) -> list[Callable]:
+        return [
+            self.git.push_batch,
+            self.lesson_activities.query_lessons,
+            self.lesson_activities.record_lesson,
+            self.lesson_activities.lessons_stats,
+            self.tasks.run_task,
+        ]
+
+    async def start(self) -> None:
+        self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
+        names = self.templates.load()
+        stats = await asyncio.to_thread(self.lessons.load)
+        if stats.malformed_lines:
+            log.warning(
+                "lessons file %s: skipped %d malformed line(s), first at lines %s",
+                stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10],
+            )
+        await asyncio.to_thread(self.result_cache.open)
+        stale = await asyncio.to_thread(self.tasks.worktrees.prune_stale)
+        await asyncio.to_thread(self.tasks.scratch.prune_stale)
+        if stale:
+            log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
+        log.info(
+            "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s",
+            stats.lessons, stats.build_seconds, len(names), ", ".join(names), self.settings.result_cache_path,
+        )
+        self.started = True
+
+    def stop(self) -> None:
+        self.started = False
+        self.result_cache.close()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        await self.start()
+        try:
+            yield
+        finally:
+            self.stop()
 
 
 def _appending(extra: Callable[[], Sequence[Any]]) -> Callable[[Sequence[Any] | None], list[Any]]:
@@ -24,6 +107,14 @@ def _appending(extra: Callable[[], Sequence[Any]]) -> Callable[[Sequence[Any] | 
         return [*(existing or []), *extra()]
 
     return extend
+
+
+def _with_passthrough(runner: WorkflowRunner | None) -> WorkflowRunner | None:
+    """The user's workflow runner, with our modules passed through if it is the sandbox."""
+    if isinstance(runner, SandboxedWorkflowRunner):
+        restrictions = runner.restrictions.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+        return dataclasses.replace(runner, restrictions=restrictions)
+    return runner
 
 
 class TaskfleetPlugin(SimplePlugin):
@@ -36,5 +127,26 @@ class TaskfleetPlugin(SimplePlugin):
             "taskfleet.TaskfleetPlugin",
             workflows=_appending(lambda: WORKFLOWS),
             activities=_appending(self.services.activities),
-            run_context=self.services.running,
+            workflow_runner=_with_passthrough,
         )
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        from taskfleet.clients.search_attributes import ensure_search_attributes
+
+        notice = await ensure_search_attributes(worker.client)
+        if notice:
+            log.warning("%s", notice)
+        async with self.services.running():
+            await next(worker)
+
+    def run_replayer(
+        self,
+        replayer: Replayer,
+        histories: AsyncIterator[WorkflowHistory],
+        next: Callable[
+            [Replayer, AsyncIterator[WorkflowHistory]],
+            AbstractAsyncContextManager[AsyncIterator[WorkflowReplayResult]],
+        ],
+    ) -> AbstractAsyncContextManager[AsyncIterator[WorkflowReplayResult]]:
+        """Replaying touches no file and starts no service: straight to the next plugin."""
+        return next(replayer, histories)

@@ -18,10 +18,10 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from taskfleet.devserver import find_temporal_cli
+from taskfleet.core.search_attributes import ALL as SEARCH_ATTRIBUTES
+from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
-from taskfleet.search_attributes import ALL as SEARCH_ATTRIBUTES
-from taskfleet.settings import TaskfleetSettings
 from taskfleet.testing import GitRemoteFixture, git, make_git_remote
 
 __all__ = ["GitRemoteFixture", "git", "make_git_remote"]
@@ -132,10 +132,19 @@ def python_cmd(*args: str) -> list[str]:
 
 
 def save_history(name: str, history_json: str) -> None:
-    """Record a history for the replay test (only when asked: `make histories`)."""
+    """Record a history for the replay test (only when asked: `make histories`).
+
+    Recordings are kept, never overwritten: a new one is added beside the old as
+    `<name>--<taskfleet version>.json`, so histories of every released shape keep replaying.
+    """
     if os.environ.get("TASKFLEET_RECORD_HISTORIES"):
+        from importlib.metadata import version
+
         HISTORIES.mkdir(exist_ok=True)
-        (HISTORIES / f"{name}.json").write_text(history_json)
+        for candidate in (HISTORIES / f"{name}.json", HISTORIES / f"{name}--{version('taskfleet')}.json"):
+            if not candidate.exists():
+                candidate.write_text(history_json)
+                return
 
 
 class WorkerProcess:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import subprocess
 
-from taskfleet.git_client import git_batch_workflow_id
+from taskfleet.clients.git_batcher import git_batch_workflow_id
 from tests.conftest import ROOT, GitRemoteFixture, python_cmd
 
 

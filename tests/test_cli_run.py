@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from taskfleet.devserver import find_temporal_cli
+from taskfleet.devserver.server import find_temporal_cli
 from tests.conftest import ROOT, GitRemoteFixture, python_cmd
 
 

@@ -65,7 +65,7 @@ def test_referenced_files_exist():
         assert (ROOT / "docker" / script).is_file()
     assert (ROOT / "docker" / "dynamicconfig" / "development-sql.yaml").is_file()
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert 'CMD ["python", "worker.py"]' in dockerfile
-    for folder in ("taskfleet", "workflows", "activities"):
+    assert 'CMD ["taskfleet-worker"]' in dockerfile
+    for folder in ("taskfleet", "workflows", "activities", "examples"):
         assert f"COPY {folder}" in dockerfile
     assert Path(ROOT / "docker" / "create-namespace.sh").read_text().count("search-attribute create") == 1

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from taskfleet.git_client import GitBatcherClient
-from taskfleet.models import GitBatchConfig, GitOp
+from taskfleet.clients.git_batcher import GitBatcherClient
+from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
 from taskfleet.testing import make_git_remote
 from tests.conftest import GitRemoteFixture, git, landed_ops, save_history
 

@@ -6,9 +6,16 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from taskfleet.git_client import GitBatcherClient
-from taskfleet.models import GitBatchConfig, GitOp
-from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, landed_ops, save_history
+from taskfleet.clients.git_batcher import GitBatcherClient
+from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
+from tests.conftest import (
+    GitRemoteFixture,
+    WorkerProcess,
+    eventually,
+    git,
+    landed_ops,
+    save_history,
+)
 
 
 def assert_each_landed_once(fx: GitRemoteFixture, ops: list[GitOp]) -> None:

@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern
 
-from activities.lessons_index import LessonsIndex, normalize_pattern
-from taskfleet.models import Lesson, LessonQuery
+from taskfleet.core.models.lessons import Lesson, LessonQuery
 from tests.conftest import ROOT, python_cmd
 
 
@@ -131,8 +131,8 @@ def test_two_processes_appending_one_file_both_see_all(tmp_path: Path):
     path = tmp_path / "shared.jsonl"
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "from activities.lessons_index import LessonsIndex\n"
-        "from taskfleet.models import Lesson\n"
+        "from taskfleet.activities.services.lessons_index import LessonsIndex\n"
+        "from taskfleet.core.models.lessons import Lesson\n"
         "idx = LessonsIndex(sys.argv[2]); idx.load()\n"
         "for i in range(50):\n"
         "    idx.record(Lesson(task_type=sys.argv[3], failure_type='exec_failed', failure_msg=f'{sys.argv[3]} boom {i} unique{i}x'))\n"

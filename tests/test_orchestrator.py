@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from taskfleet.board import BoardError, parse_toml_board
-from taskfleet.models import Board, OrchestratorResult, TaskSpec
-from taskfleet.orchestrator_client import progress, start_board
+from taskfleet.clients.orchestrator import progress, start_board
+from taskfleet.core.boards import BoardError, parse_toml_board
+from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, save_history
 
 # A real change made by a real command, checked by a real test command.

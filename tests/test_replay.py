@@ -16,6 +16,7 @@ from temporalio.worker import Replayer
 from taskfleet.plugin import WORKFLOWS, TaskfleetPlugin
 from tests.conftest import HISTORIES
 from tests.sandboxed_twins import TWINS
+from tests.smoke_workflow import SmokeWorkflow
 
 EXPECTED = {
     "smoke",
@@ -55,7 +56,7 @@ async def test_recorded_histories_replay(settings):
     names = {path.stem for path in HISTORIES.glob("*.json")}
     assert EXPECTED <= names, f"missing recorded histories: {EXPECTED - names}"
     histories = load_histories()
-    replayed, failures = await replay(Replayer(workflows=[], plugins=[TaskfleetPlugin(settings)]), histories)
+    replayed, failures = await replay(Replayer(workflows=[SmokeWorkflow], plugins=[TaskfleetPlugin(settings)]), histories)
     assert not failures, failures
     assert sorted(replayed) == sorted(h.workflow_id for h in histories)
 

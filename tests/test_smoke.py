@@ -2,17 +2,15 @@
 
 import os
 import uuid
-
 from datetime import timedelta
 
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from taskfleet.models import SmokeInput, SmokeResult
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import save_history
-from workflows.smoke import SmokeWorkflow
+from tests.smoke_workflow import SmokeInput, SmokeResult, SmokeWorkflow, smoke_greet
 
 
 @activity.defn(name="user_activity")
@@ -32,7 +30,7 @@ class UserWorkflow:
 
 
 async def test_smoke_workflow_runs_on_plugin_worker(client: Client, make_worker, task_queue: str):
-    async with make_worker():
+    async with make_worker(workflows=[SmokeWorkflow], activities=[smoke_greet]):
         handle = await client.start_workflow(
             SmokeWorkflow.run,
             SmokeInput(name="fleet"),
@@ -52,8 +50,8 @@ async def test_plugin_extends_user_worker_config(client: Client, task_queue: str
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[UserWorkflow],
-        activities=[user_activity],
+        workflows=[UserWorkflow, SmokeWorkflow],
+        activities=[user_activity, smoke_greet],
         plugins=[plugin],
     )
     async with worker:

@@ -8,11 +8,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from taskfleet.activities.services.template_cache import (
+    TemplateCache,
+    TemplateLoadError,
+    TemplateRenderError,
+)
 from temporalio.worker import Worker
 
-from activities.templates import TemplateCache, TemplateLoadError, TemplateRenderError
+from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.plugin import TaskfleetPlugin
-from taskfleet.settings import TaskfleetSettings
 from tests.conftest import ROOT, python_cmd
 
 CONTEXT = {

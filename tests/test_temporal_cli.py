@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from taskfleet.devserver import find_temporal_cli
-from taskfleet.git_client import git_batch_workflow_id
+from taskfleet.clients.git_batcher import git_batch_workflow_id
+from taskfleet.devserver.server import find_temporal_cli
 from tests.conftest import GitRemoteFixture, eventually
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from taskfleet.connection import port_is_open
-from taskfleet.models import SmokeInput, SmokeResult
+from taskfleet.clients.connection import port_is_open
+from taskfleet.core.models.lessons import LessonsAnswer
+from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
 from tests.conftest import ROOT, WorkerProcess, eventually, python_cmd
 
 
@@ -51,12 +52,12 @@ async def test_dev_worker_starts_server_second_reuses_it_and_ctrl_c_leaves_nothi
     assert "reusing the server" in second.output()
     assert len(processes_mentioning(str(state / "temporal.db"))) == 1, "a second server was started"
 
-    # The worker really serves: run the smoke workflow through the second worker's queue.
+    # The worker really serves: ask the second worker's lessons index through its queue.
     client = await Client.connect(f"127.0.0.1:{port}")
-    result = await client.execute_workflow(
-        "SmokeWorkflow", SmokeInput("dev"), id="dev-smoke", task_queue="second", result_type=SmokeResult
+    answer = await client.execute_workflow(
+        LESSONS_QUERY_WORKFLOW, None, id="dev-lessons", task_queue="second", result_type=LessonsAnswer
     )
-    assert result.worker_pid == second.proc.pid
+    assert answer.stats.path == str(state / "lessons.jsonl")
 
     assert second.interrupt() == 0
     assert "stopped" in second.output()

@@ -11,14 +11,15 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
+from taskfleet.workflows.activity_names import activity_name
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.errors import root_cause_message
-    from taskfleet.gitops import InvalidGitOp, parse_config, parse_git_op
-    from taskfleet.models import (
+    from taskfleet.core.errors import root_cause_message
+    from taskfleet.core.git_op_validation import InvalidGitOp, parse_config, parse_git_op
+    from taskfleet.core.models.git_batch import (
         BATCH_COMPLETED,
         BATCH_EXECUTING,
         BATCH_FAILED,
@@ -37,6 +38,18 @@ with workflow.unsafe.imports_passed_through():
         PushBatchOutput,
         RejectedOp,
     )
+    from taskfleet.core.names import (
+        ACTIVITY_PUSH_BATCH,
+        GIT_BATCH_WORKFLOW,
+        QUERY_STATS,
+        QUERY_STATUS,
+        SIGNAL_ENQUEUE,
+        SIGNAL_FLUSH,
+        SIGNAL_GIT_OPS_LANDED,
+        UPDATE_FLUSH_NOW,
+        UPDATE_RETRY,
+        UPDATE_SUBMIT,
+    )
 
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
@@ -54,7 +67,7 @@ def _refs_touched(ops: list[GitOp]) -> int:
     return len({(op.target or "<default>") if op.op_type == "merge" else op.branch for op in ops})
 
 
-@workflow.defn(name="GitBatchWorkflow")
+@workflow.defn(name=GIT_BATCH_WORKFLOW)
 class GitBatchWorkflow:
     @workflow.init
     def __init__(self, config: Any, state: Optional[GitBatchState] = None) -> None:
@@ -172,7 +185,7 @@ class GitBatchWorkflow:
         summary = f"push {_refs_touched(batch.ops)} refs to {self.config.remote} ({batch.id})"
         try:
             result: PushBatchOutput = await workflow.execute_activity(
-                "push_batch",
+                activity_name(ACTIVITY_PUSH_BATCH),
                 PushBatchInput(
                     batch_id=batch.id,
                     repo=self.config.repo,
@@ -234,7 +247,7 @@ class GitBatchWorkflow:
         for listener, outcomes in by_listener.items():
             message = GitOpsLanded(batch.id, self.config.repo, self.config.remote, outcomes)
             try:
-                await workflow.get_external_workflow_handle(listener).signal("git_ops_landed", message)
+                await workflow.get_external_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message)
             except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
                 workflow.logger.warning("could not tell %s about %s: %s", listener, batch.id, err)
 
@@ -265,7 +278,7 @@ class GitBatchWorkflow:
         self.s.rejected = (self.s.rejected + [entry])[-RECENT_REJECTIONS:]
         self._refresh_details()
 
-    @workflow.signal(name="enqueue")
+    @workflow.signal(name=SIGNAL_ENQUEUE)
     def enqueue(self, raw: Any) -> None:
         """Fire-and-forget; a bad op is recorded under `rejected` in `status`, never raised."""
         try:
@@ -275,11 +288,11 @@ class GitBatchWorkflow:
             return
         self._accept(op)
 
-    @workflow.signal(name="flush")
+    @workflow.signal(name=SIGNAL_FLUSH)
     def flush(self) -> None:
         self.s.flush_requested = True
 
-    @workflow.update(name="submit")
+    @workflow.update(name=UPDATE_SUBMIT)
     def submit(self, raw: Any) -> str:
         """Like `enqueue`, but the caller learns the op id, or why the op was refused."""
         return self._accept(parse_git_op(raw))
@@ -292,7 +305,7 @@ class GitBatchWorkflow:
         except InvalidGitOp as err:
             raise ApplicationError(f"git op refused: {err}", type="InvalidGitOp", non_retryable=True) from None
 
-    @workflow.update(name="flush_now")
+    @workflow.update(name=UPDATE_FLUSH_NOW)
     async def flush_now(self) -> BatchResult:
         """An update rather than a signal because the caller waits for the push and its outcomes."""
         self.s.flush_requested = True
@@ -301,7 +314,7 @@ class GitBatchWorkflow:
             return BatchResult(batch_id="", status="empty")
         return await self._wait_for(cut)
 
-    @workflow.update(name="retry")
+    @workflow.update(name=UPDATE_RETRY)
     async def retry(self, batch_id: str) -> BatchResult:
         batch = next(b for b in self.s.failed_batches if b.id == batch_id)
         self.s.failed_batches.remove(batch)
@@ -333,7 +346,7 @@ class GitBatchWorkflow:
             batch_ids=ids,
         )
 
-    @workflow.query(name="status")
+    @workflow.query(name=QUERY_STATUS)
     def status(self) -> GitBatchStatus:
         return GitBatchStatus(
             queue=self.s.queue,
@@ -347,7 +360,7 @@ class GitBatchWorkflow:
             runs=self.s.runs,
         )
 
-    @workflow.query(name="stats")
+    @workflow.query(name=QUERY_STATS)
     def stats(self) -> GitBatchStats:
         """Just the counters of `status`: cheap to ask often (a dashboard, a benchmark waiting)."""
         return self.s.stats

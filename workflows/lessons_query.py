@@ -3,23 +3,34 @@
 from datetime import timedelta
 from typing import Optional
 
+from taskfleet.workflows.activity_names import activity_name
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.models import LessonMatch, LessonQuery, LessonsAnswer, LessonsStats
+    from taskfleet.core.models.lessons import (
+        LessonMatch,
+        LessonQuery,
+        LessonsAnswer,
+        LessonsStats,
+    )
+    from taskfleet.core.names import (
+        ACTIVITY_LESSONS_STATS,
+        ACTIVITY_QUERY_LESSONS,
+        LESSONS_QUERY_WORKFLOW,
+    )
 
 
-@workflow.defn(name="LessonsQueryWorkflow")
+@workflow.defn(name=LESSONS_QUERY_WORKFLOW)
 class LessonsQueryWorkflow:
     @workflow.run
     async def run(self, query: Optional[LessonQuery] = None) -> LessonsAnswer:
         options = dict(start_to_close_timeout=timedelta(seconds=30))
         stats = await workflow.execute_activity(
-            "lessons_stats", result_type=LessonsStats, summary="lessons stats", **options
+            activity_name(ACTIVITY_LESSONS_STATS), result_type=LessonsStats, summary="lessons stats", **options
         )
         if query is None:
             return LessonsAnswer(stats=stats)
         matches = await workflow.execute_activity(
-            "query_lessons", query, result_type=list[LessonMatch], summary="query lessons", **options
+            activity_name(ACTIVITY_QUERY_LESSONS), query, result_type=list[LessonMatch], summary="query lessons", **options
         )
         return LessonsAnswer(stats=stats, matches=matches)

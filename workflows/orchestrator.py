@@ -18,15 +18,16 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.errors import root_cause_message
-    from taskfleet.models import (
-        OUTCOME_FAILED,
+    from taskfleet.core.boards import BoardError, validate_board
+    from taskfleet.core.errors import root_cause_message
+    from taskfleet.core.ids import git_batch_workflow_id, task_of_landing_op
+    from taskfleet.core.models.git_batch import OUTCOME_FAILED, GitOpsLanded
+    from taskfleet.core.models.orchestrator import (
         TASK_CANCELLED,
         TASK_FAILED,
         TASK_PENDING,
         TASK_RUNNING,
         TASK_SUCCEEDED,
-        GitOpsLanded,
         OrchestratorInput,
         OrchestratorProgress,
         OrchestratorResult,
@@ -37,8 +38,15 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskSpec,
     )
-    from taskfleet.board import BoardError, validate_board
-    from taskfleet.naming import git_batch_workflow_id, task_of_landing_op
+    from taskfleet.core.names import (
+        ACTIVITY_RUN_TASK,
+        ORCHESTRATOR_WORKFLOW,
+        QUERY_PROGRESS,
+        SIGNAL_FLUSH,
+        SIGNAL_GIT_OPS_LANDED,
+    )
+
+from taskfleet.workflows.activity_names import activity_name
 
 TASK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -59,7 +67,7 @@ def _summary(task: TaskSpec) -> str:
 # of the worker's event loop per task (1,000 no-op tasks: 5.6 -> 4.9 ms each). This module still
 # imports only workflow APIs and pure models, and tests/test_replay.py replays its histories
 # inside the sandbox, so a non-deterministic call here still fails CI.
-@workflow.defn(name="OrchestratorWorkflow", sandboxed=False)
+@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False)
 class OrchestratorWorkflow:
     @workflow.init
     def __init__(self, params: OrchestratorInput) -> None:
@@ -153,7 +161,7 @@ class OrchestratorWorkflow:
         self._set_status(outcome, TASK_RUNNING)
         try:
             result: TaskResult = await workflow.execute_activity(
-                "run_task",
+                activity_name(ACTIVITY_RUN_TASK),
                 TaskInput(
                     task=task,
                     repo=self.params.repo,
@@ -208,7 +216,7 @@ class OrchestratorWorkflow:
 
     # --- landing ---------------------------------------------------------------------------------
 
-    @workflow.signal(name="git_ops_landed")
+    @workflow.signal(name=SIGNAL_GIT_OPS_LANDED)
     def git_ops_landed(self, message: GitOpsLanded) -> None:
         for outcome in message.outcomes:
             task_id = self.s.awaiting_landing.pop(outcome.op_id, None)
@@ -233,7 +241,7 @@ class OrchestratorWorkflow:
             # Every task has finished: land what is queued now rather than at the batch's age.
             self.s.flush_sent = True
             try:
-                await workflow.get_external_workflow_handle(self.git_workflow_id).signal("flush")
+                await workflow.get_external_workflow_handle(self.git_workflow_id).signal(SIGNAL_FLUSH)
             except Exception as err:  # noqa: BLE001 - the age flush still lands them
                 workflow.logger.warning("could not ask %s to flush: %s", self.git_workflow_id, err)
         try:
@@ -276,7 +284,7 @@ class OrchestratorWorkflow:
     def _counts(self) -> dict[str, int]:
         return dict(self._tally)
 
-    @workflow.query(name="progress")
+    @workflow.query(name=QUERY_PROGRESS)
     def progress(self) -> OrchestratorProgress:
         """Counts by state (and landed), running tasks, and every task's status."""
         return OrchestratorProgress(

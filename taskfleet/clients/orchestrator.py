@@ -7,18 +7,17 @@ import uuid
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import TypedSearchAttributes
 
-from taskfleet.models import (
-    DEFAULT_TASK_QUEUE,
-    ORCHESTRATOR_WORKFLOW,
+from taskfleet.core.ids import orchestrator_workflow_id
+from taskfleet.core.models.orchestrator import (
     Board,
     OrchestratorInput,
     OrchestratorProgress,
     OrchestratorResult,
 )
-from taskfleet.naming import orchestrator_workflow_id
-from taskfleet.search_attributes import TASKFLEET_KIND, TASKFLEET_REPO
+from taskfleet.core.names import DEFAULT_TASK_QUEUE, ORCHESTRATOR_WORKFLOW, QUERY_PROGRESS
+from taskfleet.core.search_attributes import is_unknown_search_attribute, tagged
 
 
 async def start_board(
@@ -27,23 +26,25 @@ async def start_board(
     repo: str,
     task_queue: str = DEFAULT_TASK_QUEUE,
     workflow_id: str | None = None,
-    **options: Any,
+    **options_for_input: Any,
 ) -> WorkflowHandle[Any, OrchestratorResult]:
     repo = os.path.abspath(repo)
     workflow_id = workflow_id or orchestrator_workflow_id(board.name, uuid.uuid4().hex[:8])
     open_tasks = sum(1 for t in board.tasks if not t.done)
-    return await client.start_workflow(
-        ORCHESTRATOR_WORKFLOW,
-        OrchestratorInput(board=board, repo=repo, **options),
+    options: dict[str, Any] = dict(
         id=workflow_id,
         task_queue=task_queue,
         result_type=OrchestratorResult,
         static_summary=f"board {board.name}: {open_tasks} tasks on {repo}",
-        search_attributes=TypedSearchAttributes(
-            [SearchAttributePair(TASKFLEET_KIND, "board"), SearchAttributePair(TASKFLEET_REPO, repo)]
-        ),
     )
+    params = OrchestratorInput(board=board, repo=repo, **options_for_input)
+    try:
+        return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params, search_attributes=tagged("board", repo), **options)
+    except Exception as err:
+        if not is_unknown_search_attribute(err):
+            raise
+        return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params, search_attributes=TypedSearchAttributes([]), **options)
 
 
 async def progress(handle: WorkflowHandle) -> OrchestratorProgress:
-    return await handle.query("progress", result_type=OrchestratorProgress)
+    return await handle.query(QUERY_PROGRESS, result_type=OrchestratorProgress)

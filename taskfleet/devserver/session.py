@@ -13,8 +13,8 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 
-from taskfleet.connection import StartupError, connect, port_is_open, split_host_port
-from taskfleet.devserver import DevServer, DevServerError
+from taskfleet.clients.connection import StartupError, connect, port_is_open, split_host_port
+from taskfleet.devserver.server import DevServer, DevServerError
 
 
 @dataclass

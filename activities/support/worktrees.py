@@ -20,9 +20,9 @@ from typing import IO
 
 from git import Repo
 from git.exc import GitCommandError
+from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
 
-from activities.git_ops import OpFailed, SymbolicReference
-from taskfleet.naming import slug
+from taskfleet.core.ids import slug
 
 TASK_TRAILER = "Taskfleet-Task"
 RUN_TRAILER = "Taskfleet-Run"

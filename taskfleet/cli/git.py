@@ -1,35 +1,20 @@
-"""The `taskfleet` command line: drive the git batcher, run boards, query lessons, run the demo."""
+"""`taskfleet git enqueue|flush|status|id`: drive a clone's `GitBatchWorkflow`."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from taskfleet.connection import StartupError, connect, load_connect_config
-from taskfleet.git_client import GitBatcherClient, git_batch_workflow_id
-from taskfleet.models import DEFAULT_TASK_QUEUE, GitBatchConfig, GitBatchStatus, GitOp
-
-Command = Callable[[argparse.Namespace], Awaitable[int]]
-
-
-def to_json(value: Any) -> str:
-    return json.dumps(asdict(value) if is_dataclass(value) else value, indent=2, default=str)
-
-
-async def _client(args: argparse.Namespace) -> Client:
-    return await connect(load_connect_config(args.address, args.namespace))
-
-
-# --- git -----------------------------------------------------------------------------------------
+from taskfleet.cli.common import client_for, to_json
+from taskfleet.clients.connection import StartupError
+from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
+from taskfleet.core.models.git_batch import GitBatchConfig, GitBatchStatus, GitOp
 
 
 def _batcher(args: argparse.Namespace, client: Client) -> GitBatcherClient:
@@ -64,7 +49,7 @@ def _op_from_args(args: argparse.Namespace) -> GitOp | dict[str, Any]:
 
 
 async def git_enqueue(args: argparse.Namespace) -> int:
-    client = await _client(args)
+    client = await client_for(args)
     gb = _batcher(args, client)
     op = _op_from_args(args)
     if args.wait:
@@ -81,7 +66,7 @@ async def git_enqueue(args: argparse.Namespace) -> int:
 
 
 async def git_flush(args: argparse.Namespace) -> int:
-    client = await _client(args)
+    client = await client_for(args)
     gb = _batcher(args, client)
     if not args.wait:
         await gb.flush()
@@ -122,7 +107,7 @@ def format_git_status(workflow_id: str, status: GitBatchStatus) -> str:
 
 
 async def git_status(args: argparse.Namespace) -> int:
-    client = await _client(args)
+    client = await client_for(args)
     gb = _batcher(args, client)
     try:
         status = await gb.status()
@@ -138,7 +123,7 @@ async def git_id(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_git_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     git = sub.add_parser("git", help="send git ops to a repository's GitBatchWorkflow").add_subparsers(
         dest="git_command", required=True
     )
@@ -178,47 +163,3 @@ def _add_git_commands(sub: argparse._SubParsersAction) -> None:
     ident = git.add_parser("id", help="print the batcher's workflow id for a clone and remote")
     target(ident)
     ident.set_defaults(func=git_id)
-
-
-# --- entry point ---------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="taskfleet", description=__doc__)
-    parser.add_argument("--address", help="Temporal host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
-    parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE or default)")
-    parser.add_argument(
-        "--task-queue", default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_git_commands(sub)
-    from taskfleet import cli_demo, cli_run
-
-    cli_run.add_commands(sub)
-    cli_demo.add_commands(sub)
-    return parser
-
-
-def run(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(args.func(args))
-    except StartupError as err:
-        print(f"taskfleet: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Exits without interpreter finalization: the Temporal client's native
-    runtime threads can still be winding down then, and CPython aborts ("PyGILState_Release")
-    when one of them touches the interpreter during finalization. Output is flushed first."""
-    code = run(argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""`taskfleet run|status|cancel` (boards) and `taskfleet lessons query|stats`."""
+"""`taskfleet run|status|cancel`: start a board, follow it, stop it."""
 
 from __future__ import annotations
 
@@ -6,26 +6,16 @@ import argparse
 import asyncio
 import json
 import sys
-import uuid
 from dataclasses import asdict
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError
 
-from taskfleet.board import BoardError, load_board
-from taskfleet.connection import connect, load_connect_config
-from taskfleet.models import (
-    LessonQuery,
-    LessonsAnswer,
-    OrchestratorProgress,
-    OrchestratorResult,
-)
-from taskfleet.orchestrator_client import progress, start_board
-
-
-async def _client(args: argparse.Namespace) -> Client:
-    return await connect(load_connect_config(args.address, args.namespace))
+from taskfleet.cli.common import client_for
+from taskfleet.clients.orchestrator import progress, start_board
+from taskfleet.core.boards import BoardError, load_board
+from taskfleet.core.models.orchestrator import OrchestratorProgress, OrchestratorResult
 
 
 def progress_line(p: OrchestratorProgress, total: int, width: int = 30) -> str:
@@ -84,7 +74,7 @@ async def run_board(args: argparse.Namespace) -> int:
     except BoardError as err:
         print(f"taskfleet: board refused: {err}", file=sys.stderr)
         return 2
-    client = await _client(args)
+    client = await client_for(args)
     handle = await start_board(
         client, board, args.repo, task_queue=args.task_queue, remote=args.remote,
         max_parallel=args.max_parallel or 0,
@@ -103,7 +93,7 @@ async def run_board(args: argparse.Namespace) -> int:
 
 
 async def status(args: argparse.Namespace) -> int:
-    client = await _client(args)
+    client = await client_for(args)
     handle = client.get_workflow_handle(args.workflow_id)
     try:
         description = await handle.describe()
@@ -122,47 +112,13 @@ async def status(args: argparse.Namespace) -> int:
 
 
 async def cancel(args: argparse.Namespace) -> int:
-    client = await _client(args)
+    client = await client_for(args)
     try:
         await client.get_workflow_handle(args.workflow_id).cancel()
     except RPCError as err:
         print(f"taskfleet: cannot cancel {args.workflow_id}: {err}", file=sys.stderr)
         return 1
     print(f"cancellation requested for {args.workflow_id}: running tasks are stopped and their worktrees removed")
-    return 0
-
-
-async def lessons(args: argparse.Namespace) -> int:
-    query = None
-    if args.lessons_command == "query":
-        query = LessonQuery(
-            task_type=args.task_type or "", activity_type=args.activity_type or "",
-            failure_type=args.failure_type or "", pattern=args.pattern or "", similar_to=args.similar_to or "",
-            seen_after=args.seen_after or "", seen_before=args.seen_before or "",
-            most_frequent=args.most_frequent, limit=args.limit,
-        )
-    client = await _client(args)
-    answer: LessonsAnswer = await client.execute_workflow(
-        "LessonsQueryWorkflow", query, id=f"taskfleet-lessons-{uuid.uuid4().hex[:8]}",
-        task_queue=args.task_queue, result_type=LessonsAnswer,
-    )
-    if args.json:
-        print(json.dumps(asdict(answer) if query else asdict(answer.stats), indent=2))
-        return 0
-    s = answer.stats
-    if query is None:
-        print(f"{s.lessons} lessons from {s.path} ({s.lines_read} lines, {s.malformed_lines} malformed"
-              + (f", first at lines {s.malformed_line_numbers[:10]}" if s.malformed_line_numbers else "")
-              + f"), {s.task_types} task types, {s.tokens} distinct tokens, built in {s.build_seconds:.3f}s")
-        return 0
-    for match in answer.matches:
-        lesson = match.lesson
-        score = f" score {match.score:.2f}" if match.score else ""
-        print(f"{lesson.id}  [{lesson.task_type}/{lesson.activity_type} {lesson.failure_type}] "
-              f"seen {lesson.times_seen}x, last {lesson.last_seen}{score}")
-        print(f"    {lesson.failure_msg.splitlines()[0][:120] if lesson.failure_msg else lesson.pattern[:120]}")
-        if lesson.resolution:
-            print(f"    resolved by: {lesson.resolution[:120]}")
     return 0
 
 
@@ -188,17 +144,3 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     cn = sub.add_parser("cancel", help="cancel a board run")
     cn.add_argument("workflow_id")
     cn.set_defaults(func=cancel)
-
-    ls = sub.add_parser("lessons", help="ask a worker's lessons index").add_subparsers(
-        dest="lessons_command", required=True
-    )
-    q = ls.add_parser("query", help="lessons matching every given field, best first")
-    for name in ("task-type", "activity-type", "failure-type", "pattern", "similar-to", "seen-after", "seen-before"):
-        q.add_argument(f"--{name}")
-    q.add_argument("--most-frequent", action="store_true")
-    q.add_argument("--limit", type=int, default=20)
-    q.add_argument("--json", action="store_true")
-    q.set_defaults(func=lessons)
-    stats = ls.add_parser("stats", help="size of the index, malformed lines, build time")
-    stats.add_argument("--json", action="store_true")
-    stats.set_defaults(func=lessons)

@@ -10,7 +10,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from taskfleet.errors import StartupError
+from taskfleet.core.errors import StartupError
 
 DEFAULT_ADDRESS = "localhost:7233"
 __all__ = ["StartupError", "connect", "load_connect_config"]

@@ -10,29 +10,37 @@ from pathlib import Path
 
 from git import Repo
 from git.exc import GitCommandError
+from taskfleet.activities.services.lessons_index import LessonsIndex
+from taskfleet.activities.services.result_cache import ResultCache, cache_key
+from taskfleet.activities.services.template_cache import (
+    TEMPLATE_SUFFIXES,
+    TemplateCache,
+    TemplateRenderError,
+)
+from taskfleet.activities.support.executor import CommandResult, run_command, tail
+from taskfleet.activities.support.git_op_application import OpFailed, commit_env
+from taskfleet.activities.support.scratch import ScratchDirs
+from taskfleet.activities.support.worktrees import (
+    RUN_TRAILER,
+    TASK_TRAILER,
+    Worktree,
+    WorktreeManager,
+)
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.executor import CommandResult, run_command, tail
-from activities.git_ops import OpFailed, commit_env
-from activities.lessons_index import LessonsIndex
-from activities.result_cache import ResultCache, cache_key
-from activities.scratch import ScratchDirs
-from activities.templates import TEMPLATE_SUFFIXES, TemplateCache, TemplateRenderError
-from activities.worktrees import RUN_TRAILER, TASK_TRAILER, Worktree, WorktreeManager
-from taskfleet.git_client import GitBatcherClient
-from taskfleet.models import (
+from taskfleet.core.git_batch_start import op_payload, with_start_options
+from taskfleet.core.ids import landing_op_id, slug
+from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
+from taskfleet.core.models.lessons import Lesson, LessonQuery
+from taskfleet.core.models.orchestrator import (
     TASK_FAILED,
     TASK_SUCCEEDED,
-    GitBatchConfig,
-    GitOp,
-    Lesson,
-    LessonQuery,
     TaskInput,
     TaskResult,
 )
-from taskfleet.naming import landing_op_id, slug
-from taskfleet.settings import TaskfleetSettings
+from taskfleet.core.names import ACTIVITY_RUN_TASK, GIT_BATCH_WORKFLOW, SIGNAL_ENQUEUE
+from taskfleet.core.settings import TaskfleetSettings
 
 PROMPT_LESSONS = 10
 
@@ -52,7 +60,7 @@ class TaskActivities:
         self.worktrees = WorktreeManager(settings.worktrees_dir)
         self.scratch = ScratchDirs(settings.scratch_dir)
 
-    @activity.defn(name="run_task")
+    @activity.defn(name=ACTIVITY_RUN_TASK)
     async def run_task(self, params: TaskInput) -> TaskResult:
         task = params.task
         started = time.monotonic()
@@ -187,7 +195,14 @@ class TaskActivities:
             repo=params.repo, remote=params.remote, max_batch_size=params.git_max_batch_size,
             max_batch_age_seconds=params.git_max_batch_age_seconds,
         )
-        await GitBatcherClient(activity.client(), config, params.git_task_queue).enqueue(op)
+        client = activity.client()
+
+        async def start(options: dict) -> object:
+            return await client.start_workflow(
+                GIT_BATCH_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[op_payload(op)], **options
+            )
+
+        await with_start_options(start, config, params.git_task_queue)
         result.landing_op_id = op.id
 
     async def _record_lesson(self, params: TaskInput, result: TaskResult) -> None:

@@ -12,8 +12,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from taskfleet.gitops import branch_name_problem
-from taskfleet.models import Board, TaskSpec
+from taskfleet.core.git_op_validation import branch_name_problem
+from taskfleet.core.models.orchestrator import Board, TaskSpec
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -8,6 +8,7 @@ text: they go through Jinja2's sandbox, and an LRU bound keeps their compiled fo
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import threading
 import time
 from collections import OrderedDict
@@ -18,9 +19,10 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
-from taskfleet.errors import StartupError
+from taskfleet.core.errors import StartupError
 
-DEFAULT_TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "taskfleet" / "prompts"
+# The shipped templates, as package data (a real folder: setuptools installs packages unzipped).
+DEFAULT_TEMPLATES_DIR = Path(str(importlib.resources.files("taskfleet") / "prompts"))
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".txt", ".md")
 
 

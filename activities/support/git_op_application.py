@@ -18,8 +18,8 @@ from pathlib import Path
 from git import Repo, SymbolicReference
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from taskfleet.gitops import branch_name_problem
-from taskfleet.models import GitOp
+from taskfleet.core.git_op_validation import branch_name_problem
+from taskfleet.core.models.git_batch import GitOp
 
 OP_TRAILER = "Taskfleet-Op"
 _FALLBACK_IDENTITY = {

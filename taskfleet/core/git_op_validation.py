@@ -11,7 +11,7 @@ import re
 from dataclasses import fields
 from typing import Any
 
-from taskfleet.models import OP_TYPES, GitBatchConfig, GitOp
+from taskfleet.core.models.git_batch import OP_TYPES, GitBatchConfig, GitOp
 
 _FORBIDDEN_REF_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 _OP_FIELDS = {f.name for f in fields(GitOp)} - {"enqueued_at"}

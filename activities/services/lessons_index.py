@@ -29,7 +29,12 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from taskfleet.models import Lesson, LessonMatch, LessonQuery, LessonsStats
+from taskfleet.core.models.lessons import (
+    Lesson,
+    LessonMatch,
+    LessonQuery,
+    LessonsStats,
+)
 
 KEYED_FIELDS = ("task_type", "activity_type", "failure_type", "pattern")
 _LIST_POSTINGS = frozenset({"pattern"})

@@ -11,7 +11,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskfleet.search_attributes import dev_server_flags
+from taskfleet.core.search_attributes import dev_server_flags
 
 
 class DevServerError(RuntimeError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.resources
 import shutil
 import signal
 import sys
@@ -18,25 +19,26 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
-from taskfleet.board import BoardError, load_board
-from taskfleet.cli_run import summary_table, watch
-from taskfleet.connection import load_connect_config
-from taskfleet.embedded import dev_server_session
-from taskfleet.naming import orchestrator_workflow_id
-from taskfleet.orchestrator_client import start_board
+from taskfleet.cli.run import summary_table, watch
+from taskfleet.clients.connection import load_connect_config
+from taskfleet.clients.orchestrator import start_board
+from taskfleet.core.boards import BoardError, load_board
+from taskfleet.core.ids import orchestrator_workflow_id
+from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.devserver.session import dev_server_session
 from taskfleet.plugin import TaskfleetPlugin
-from taskfleet.settings import TaskfleetSettings
-from taskfleet.testing import make_git_remote
+from taskfleet.sample_remote import make_sample_remote
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+# The example boards and the demo's seed repository ship as package data (`examples/` in a
+# checkout, `taskfleet/examples/` when installed).
+EXAMPLES = Path(str(importlib.resources.files("taskfleet.examples")))
 DEMO_TASK_QUEUE = "taskfleet-demo"
 
 
 def prepare_demo_repo(folder: Path) -> Path:
     """A fresh clone of a fresh bare remote, seeded from examples/demo-repo; returns the clone."""
     shutil.rmtree(folder, ignore_errors=True)
-    return make_git_remote(folder, seed_from=EXAMPLES / "demo-repo", message="calc: an empty calculator").clone
+    return make_sample_remote(folder, seed_from=EXAMPLES / "demo-repo", message="calc: an empty calculator").clone
 
 
 async def _wait_for_ctrl_c() -> None:

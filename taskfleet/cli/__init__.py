@@ -1,0 +1,1 @@
+"""The `taskfleet` command, one module per command group (`main` wires them together)."""

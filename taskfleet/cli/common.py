@@ -1,0 +1,20 @@
+"""What every `taskfleet` command shares: connecting, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+from temporalio.client import Client
+
+from taskfleet.clients.connection import connect, load_connect_config
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(asdict(value) if is_dataclass(value) else value, indent=2, default=str)
+
+
+async def client_for(args: argparse.Namespace) -> Client:
+    return await connect(load_connect_config(args.address, args.namespace))

@@ -1,0 +1,62 @@
+"""`taskfleet lessons query|stats`: ask a worker's in-memory lessons index."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from dataclasses import asdict
+
+from taskfleet.cli.common import client_for
+from taskfleet.core.models.lessons import LessonQuery, LessonsAnswer
+from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
+
+
+async def lessons(args: argparse.Namespace) -> int:
+    query = None
+    if args.lessons_command == "query":
+        query = LessonQuery(
+            task_type=args.task_type or "", activity_type=args.activity_type or "",
+            failure_type=args.failure_type or "", pattern=args.pattern or "", similar_to=args.similar_to or "",
+            seen_after=args.seen_after or "", seen_before=args.seen_before or "",
+            most_frequent=args.most_frequent, limit=args.limit,
+        )
+    client = await client_for(args)
+    answer: LessonsAnswer = await client.execute_workflow(
+        LESSONS_QUERY_WORKFLOW, query, id=f"taskfleet-lessons-{uuid.uuid4().hex[:8]}",
+        task_queue=args.task_queue, result_type=LessonsAnswer,
+    )
+    if args.json:
+        print(json.dumps(asdict(answer) if query else asdict(answer.stats), indent=2))
+        return 0
+    s = answer.stats
+    if query is None:
+        print(f"{s.lessons} lessons from {s.path} ({s.lines_read} lines, {s.malformed_lines} malformed"
+              + (f", first at lines {s.malformed_line_numbers[:10]}" if s.malformed_line_numbers else "")
+              + f"), {s.task_types} task types, {s.tokens} distinct tokens, built in {s.build_seconds:.3f}s")
+        return 0
+    for match in answer.matches:
+        lesson = match.lesson
+        score = f" score {match.score:.2f}" if match.score else ""
+        print(f"{lesson.id}  [{lesson.task_type}/{lesson.activity_type} {lesson.failure_type}] "
+              f"seen {lesson.times_seen}x, last {lesson.last_seen}{score}")
+        print(f"    {lesson.failure_msg.splitlines()[0][:120] if lesson.failure_msg else lesson.pattern[:120]}")
+        if lesson.resolution:
+            print(f"    resolved by: {lesson.resolution[:120]}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    ls = sub.add_parser("lessons", help="ask a worker's lessons index").add_subparsers(
+        dest="lessons_command", required=True
+    )
+    q = ls.add_parser("query", help="lessons matching every given field, best first")
+    for name in ("task-type", "activity-type", "failure-type", "pattern", "similar-to", "seen-after", "seen-before"):
+        q.add_argument(f"--{name}")
+    q.add_argument("--most-frequent", action="store_true")
+    q.add_argument("--limit", type=int, default=20)
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=lessons)
+    stats = ls.add_parser("stats", help="size of the index, malformed lines, build time")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(func=lessons)

@@ -1,0 +1,53 @@
+"""The `taskfleet` command line: drive the git batcher, run boards, query lessons, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+from taskfleet.cli import demo, git, lessons
+from taskfleet.cli import run as board_commands
+from taskfleet.clients.connection import StartupError
+from taskfleet.core.names import DEFAULT_TASK_QUEUE
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="taskfleet", description=__doc__)
+    parser.add_argument("--address", help="Temporal host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
+    parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE or default)")
+    parser.add_argument(
+        "--task-queue", default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (git, board_commands, lessons, demo):
+        group.add_commands(sub)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(args.func(args))
+    except StartupError as err:
+        print(f"taskfleet: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Exits without interpreter finalization: the Temporal client's native
+    runtime threads can still be winding down then, and CPython aborts ("PyGILState_Release")
+    when one of them touches the interpreter during finalization. Output is flushed first."""
+    code = run(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Client side of the git batcher: its workflow id, and sending ops that start it when needed."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+
+from taskfleet.core.git_batch_start import op_payload, with_start_options
+from taskfleet.core.ids import git_batch_workflow_id as _pure_workflow_id
+from taskfleet.core.models.git_batch import (
+    BatchResult,
+    GitBatchConfig,
+    GitBatchStats,
+    GitBatchStatus,
+    GitOp,
+)
+from taskfleet.core.names import (
+    DEFAULT_TASK_QUEUE,
+    GIT_BATCH_WORKFLOW,
+    QUERY_STATS,
+    QUERY_STATUS,
+    SIGNAL_ENQUEUE,
+    SIGNAL_FLUSH,
+    UPDATE_FLUSH_NOW,
+    UPDATE_RETRY,
+    UPDATE_SUBMIT,
+)
+
+__all__ = ["GitBatcherClient", "git_batch_workflow_id", "op_payload"]
+
+
+def git_batch_workflow_id(repo: str, remote: str = "origin") -> str:
+    """The batcher's workflow id for a clone (relative paths resolved here) and remote."""
+    return _pure_workflow_id(os.path.abspath(repo), remote)
+
+
+class GitBatcherClient:
+    """Talks to the `GitBatchWorkflow` of one (clone, remote), starting it lazily."""
+
+    def __init__(self, client: Client, config: GitBatchConfig, task_queue: str = DEFAULT_TASK_QUEUE):
+        self.client = client
+        self.config = config
+        self.task_queue = task_queue
+        self.workflow_id = git_batch_workflow_id(config.repo, config.remote)
+
+    @property
+    def handle(self) -> WorkflowHandle:
+        return self.client.get_workflow_handle(self.workflow_id)
+
+    async def enqueue(self, op: GitOp | dict[str, Any]) -> None:
+        """Signal-with-start: fire and forget; a bad op shows up under `rejected` in `status`."""
+
+        async def start(options: dict[str, Any]) -> Any:
+            return await self.client.start_workflow(
+                GIT_BATCH_WORKFLOW, self.config, start_signal=SIGNAL_ENQUEUE,
+                start_signal_args=[op_payload(op)], **options,
+            )
+
+        await with_start_options(start, self.config, self.task_queue)
+
+    async def submit(self, op: GitOp | dict[str, Any]) -> str:
+        """Update-with-start: returns the accepted op id, or raises with the reason it was refused."""
+
+        async def start(options: dict[str, Any]) -> str:
+            operation = WithStartWorkflowOperation(GIT_BATCH_WORKFLOW, self.config, **options)
+            return await self.client.execute_update_with_start_workflow(
+                UPDATE_SUBMIT, op_payload(op), start_workflow_operation=operation, result_type=str
+            )
+
+        return await with_start_options(start, self.config, self.task_queue)
+
+    async def flush(self) -> None:
+        await self.handle.signal(SIGNAL_FLUSH)
+
+    async def flush_now(self) -> BatchResult:
+        return await self.handle.execute_update(UPDATE_FLUSH_NOW, result_type=BatchResult)
+
+    async def retry(self, batch_id: str) -> BatchResult:
+        return await self.handle.execute_update(UPDATE_RETRY, batch_id, result_type=BatchResult)
+
+    async def status(self) -> GitBatchStatus:
+        return await self.handle.query(QUERY_STATUS, result_type=GitBatchStatus)
+
+    async def stats(self) -> GitBatchStats:
+        return await self.handle.query(QUERY_STATS, result_type=GitBatchStats)

@@ -1,0 +1,185 @@
+"""Wire types of git batching: ops, batches, outcomes, `GitBatchWorkflow` state and queries.
+
+Plain dataclasses with defaults, so a field can be added later without breaking a caller that sends
+an older shape, and `temporal` CLI users can read them as JSON.
+"""
+
+# No `from __future__ import annotations` here: the data converter resolves these hints on every
+# payload, and real (not string) annotations make that several times cheaper on the hot path.
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+OP_TYPES = ("commit", "push", "merge")
+
+# Batch statuses (the seed's plain names).
+BATCH_PENDING = "pending"
+BATCH_EXECUTING = "executing"
+BATCH_COMPLETED = "completed"
+BATCH_FAILED = "failed"
+
+# Per-op outcomes.
+OUTCOME_LANDED = "landed"
+OUTCOME_UP_TO_DATE = "up_to_date"
+OUTCOME_FAILED = "failed"
+@dataclass
+class GitOp:
+    """One git operation queued on a `GitBatchWorkflow`.
+
+    commit: stage `files` (all changes when empty) in `worktree` and commit on `branch`.
+    merge: merge `branch` into `target` (default: the remote's default branch).
+    push: push `branch` as it is.
+    """
+
+    op_type: str
+    branch: str
+    id: str = ""
+    message: str = ""
+    files: list[str] = field(default_factory=list)
+    worktree: str = ""
+    target: str = ""
+    reply_to: str = ""
+    # push: replace the remote branch even when it moved elsewhere, if it is still where this
+    # clone last saw it (--force-with-lease). For branches taskfleet owns, such as task branches.
+    force: bool = False
+    # Set by the workflow when the op is accepted (ISO-8601, workflow time).
+    enqueued_at: str = ""
+
+
+@dataclass
+class GitBatchConfig:
+    """Start input of `GitBatchWorkflow`."""
+
+    repo: str
+    remote: str = "origin"
+    max_batch_size: int = 10
+    max_batch_age_seconds: float = 5.0
+    atomic: bool = False
+    # How long a push may go without a heartbeat before the server retries it on another worker.
+    heartbeat_timeout_seconds: float = 30.0
+    # Test hook: continue-as-new once history passes this many events (0 = server's suggestion only).
+    max_history_events: int = 0
+
+
+@dataclass
+class RejectedOp:
+    op: Any
+    reason: str
+    at: str = ""
+
+
+@dataclass
+class OpOutcome:
+    op_id: str
+    op_type: str
+    branch: str
+    status: str  # landed | up_to_date | failed
+    reason: str = ""
+    commit: str = ""
+    ref: str = ""
+
+
+@dataclass
+class GitBatch:
+    id: str
+    ops: list[GitOp]
+    status: str = BATCH_PENDING
+    created_at: str = ""
+    executed_at: str = ""
+    error: str = ""
+    attempts: int = 0
+    outcomes: list[OpOutcome] = field(default_factory=list)
+    execute_seconds: float = 0.0
+
+
+@dataclass
+class BatchResult:
+    """What `flush_now` and `retry` return: the fate of the batch(es) that call cut.
+
+    `status` is `completed` when every batch completed, `failed` when one failed, `empty` when there
+    was nothing to flush.
+    """
+
+    batch_id: str
+    status: str
+    outcomes: list[OpOutcome] = field(default_factory=list)
+    error: str = ""
+    batch_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GitBatchStats:
+    total_ops: int = 0
+    total_batches: int = 0
+    avg_ops_per_batch: float = 0.0
+    pushes: int = 0
+    network_savings: int = 0
+    total_execute_seconds: float = 0.0
+    landed_ops: int = 0
+    failed_ops: int = 0
+    rejected_ops: int = 0
+
+
+@dataclass
+class GitBatchStatus:
+    """Answer of the `status` query."""
+
+    queue: list[GitOp]
+    pending_batches: list[GitBatch]
+    executed_batches: list[GitBatch]
+    failed_batches: list[GitBatch]
+    rejected: list[RejectedOp]
+    config: GitBatchConfig
+    stats: GitBatchStats
+    executing: Optional[GitBatch] = None
+    # How many runs this workflow id has had (1 + continue-as-new count).
+    runs: int = 1
+
+
+@dataclass
+class GitOpsLanded:
+    """Signal `git_ops_landed`, sent to each op's `reply_to` after its batch ran."""
+
+    batch_id: str
+    repo: str
+    remote: str
+    outcomes: list[OpOutcome]
+
+
+@dataclass
+class PushBatchInput:
+    """Input of the `push_batch` activity: apply the ops in order, then one `git push`."""
+
+    batch_id: str
+    repo: str
+    remote: str
+    ops: list[GitOp]
+    atomic: bool = False
+    # The workflow's attempt at this batch (a failed batch is run again on a later flush).
+    attempt: int = 1
+
+
+@dataclass
+class PushBatchOutput:
+    batch_id: str
+    outcomes: list[OpOutcome]
+    pushed_refs: list[str]
+    pushes: int
+    seconds: float
+
+
+@dataclass
+class GitBatchState:
+    """Everything a `GitBatchWorkflow` carries across continue-as-new: nothing accepted is dropped."""
+
+    queue: list[GitOp] = field(default_factory=list)
+    pending_batches: list[GitBatch] = field(default_factory=list)
+    failed_batches: list[GitBatch] = field(default_factory=list)
+    executed_batches: list[GitBatch] = field(default_factory=list)
+    rejected: list[RejectedOp] = field(default_factory=list)
+    stats: GitBatchStats = field(default_factory=GitBatchStats)
+    recent_ids: list[str] = field(default_factory=list)
+    next_batch: int = 1
+    next_op: int = 1
+    flush_requested: bool = False
+    runs: int = 1
+

@@ -1,0 +1,159 @@
+"""Wire types of boards and the orchestrator: task specs, `run_task` I/O, outcomes, progress."""
+
+# No `from __future__ import annotations` here: the data converter resolves these hints on every
+# payload, and real (not string) annotations make that several times cheaper on the hot path.
+from dataclasses import dataclass, field
+from typing import Optional
+
+TASK_SUCCEEDED = "succeeded"
+TASK_FAILED = "failed"
+TASK_CANCELLED = "cancelled"
+TASK_PENDING = "pending"
+TASK_RUNNING = "running"
+
+
+@dataclass
+class TaskSpec:
+    """One row of a board, with the board's defaults already applied."""
+
+    id: str
+    scope: str = ""
+    branch: str = ""
+    run: str = ""  # executor command line, run with `sh -c` in the task's worktree
+    verify: str = ""  # verification command; its exit code decides
+    template: str = "implementer.j2"  # a template name, or inline template text
+    task_type: str = ""
+    activity_type: str = "implement"
+    acceptance: str = ""  # the markdown board's Verification column, when it is prose
+    timeout_seconds: float = 600.0
+    refresh: bool = False  # bypass the result cache
+    done: bool = False  # `[x]` on a markdown board: not dispatched
+    # false: a task that changes nothing (a check, a report) runs in a scratch folder, with no
+    # worktree, commit or landing
+    worktree: bool = True
+
+
+@dataclass
+class Board:
+    tasks: list[TaskSpec]
+    name: str = "board"
+    base: str = "main"
+    max_parallel: int = 4
+    land: str = "push"  # push: push each task branch; merge: merge it into `base`
+    path: str = ""
+    format: str = "toml"
+
+
+@dataclass
+class TaskOutcome:
+    """What the orchestrator keeps per task (and carries across continue-as-new): no bulk output."""
+
+    id: str
+    status: str = TASK_PENDING
+    landed: bool = False
+    commit: str = ""
+    seconds: float = 0.0
+    reason: str = ""
+    cache_hit: bool = False
+    log_path: str = ""
+
+
+@dataclass
+class OrchestratorStats:
+    wall_seconds: float = 0.0
+    task_seconds: float = 0.0
+    speedup: float = 0.0
+    pushes: int = 0
+    network_savings: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    runs: int = 1
+    largest_history_length: int = 0
+    max_running: int = 0
+
+
+@dataclass
+class OrchestratorState:
+    """Carried across continue-as-new: what is not done yet, compact outcomes and counters."""
+
+    pending: list[str] = field(default_factory=list)
+    outcomes: dict[str, TaskOutcome] = field(default_factory=dict)
+    awaiting_landing: dict[str, str] = field(default_factory=dict)  # landing op id -> task id
+    landed_batches: list[str] = field(default_factory=list)
+    stats: OrchestratorStats = field(default_factory=OrchestratorStats)
+    started_at: str = ""
+    flush_sent: bool = False
+
+
+@dataclass
+class OrchestratorInput:
+    board: Board
+    repo: str
+    remote: str = "origin"
+    max_parallel: int = 0  # 0: the board's
+    git_task_queue: str = ""  # where the GitBatchWorkflow runs (default: this workflow's queue)
+    git_max_batch_size: int = 10
+    git_max_batch_age_seconds: float = 5.0
+    land_timeout_seconds: float = 300.0
+    heartbeat_timeout_seconds: float = 30.0
+    max_history_events: int = 0  # test hook: continue-as-new past this many events
+    state: Optional[OrchestratorState] = None
+
+
+@dataclass
+class TaskInput:
+    """Input of `run_task`."""
+
+    task: TaskSpec
+    repo: str
+    remote: str
+    base: str
+    land: str
+    run_key: str  # the orchestrator's workflow id: commit trailer and landing op ids
+    reply_to: str
+    git_task_queue: str
+    git_max_batch_size: int = 10
+    git_max_batch_age_seconds: float = 5.0
+
+
+@dataclass
+class TaskResult:
+    """Summary of one task (never bulk output: the log file holds that)."""
+
+    id: str
+    status: str
+    reason: str = ""
+    failure_type: str = ""
+    exec_exit_code: Optional[int] = None
+    verify_exit_code: Optional[int] = None
+    exec_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    seconds: float = 0.0
+    commit: str = ""
+    log_path: str = ""
+    output_tail: str = ""
+    cache_hit: bool = False
+    resumed: bool = False  # a retry found the task's commit already on its branch
+    landing_op_id: str = ""
+    prompt_hash: str = ""
+
+
+@dataclass
+class OrchestratorResult:
+    tasks: list[TaskOutcome]
+    stats: OrchestratorStats
+
+
+@dataclass
+class TaskProgress:
+    id: str
+    status: str
+    landed: bool = False
+
+
+@dataclass
+class OrchestratorProgress:
+    counts: dict[str, int]
+    running: list[str]
+    tasks: list[TaskProgress]
+    pushes: int = 0

@@ -1,0 +1,170 @@
+"""The taskfleet worker: `taskfleet-worker` / `python worker.py` (any cluster) or with `--dev`.
+
+Connection settings come from Temporal's environment configuration (TEMPORAL_ADDRESS,
+TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and config profiles), so one
+worker runs unchanged against a self-hosted cluster or Temporal Cloud.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.worker import Worker
+
+from taskfleet.clients.connection import (
+    StartupError,
+    connect,
+    describe,
+    load_connect_config,
+    make_runtime,
+)
+from taskfleet.core.names import DEFAULT_TASK_QUEUE
+from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.devserver.session import dev_server_session
+from taskfleet.plugin import TaskfleetPlugin
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise StartupError(f"{name}={value!r} is not a whole number") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Run the taskfleet Temporal worker.")
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help="use the server at the address, or start the embedded dev server there (SQLite in the "
+        "state dir, Web UI on --ui-port)",
+    )
+    parser.add_argument("--address", help="host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
+    parser.add_argument("--namespace", help="namespace (default: TEMPORAL_NAMESPACE or default)")
+    parser.add_argument(
+        "--task-queue",
+        default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+        help="task queue to poll (env TASKFLEET_TASK_QUEUE; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-concurrent-activities",
+        type=int,
+        default=None,
+        help="activity slots (env TASKFLEET_MAX_CONCURRENT_ACTIVITIES; default 100)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default=os.environ.get("TASKFLEET_METRICS_ADDRESS"),
+        help="serve Prometheus metrics on host:port (env TASKFLEET_METRICS_ADDRESS)",
+    )
+    parser.add_argument(
+        "--ui-port", type=int, default=None, help="dev server Web UI port (default: port + 1000)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        default=os.environ.get("TASKFLEET_STATE_DIR", ".taskfleet"),
+        help="where the dev server database, logs and caches live (env TASKFLEET_STATE_DIR)",
+    )
+    parser.add_argument(
+        "--shutdown-grace-seconds",
+        type=float,
+        default=float(os.environ.get("TASKFLEET_SHUTDOWN_GRACE_SECONDS", "10")),
+        help="how long in-flight activities may finish after Ctrl-C or SIGTERM",
+    )
+    return parser.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    config = load_connect_config(args.address, args.namespace)
+    max_activities = args.max_concurrent_activities or _env_int(
+        "TASKFLEET_MAX_CONCURRENT_ACTIVITIES", 100
+    )
+    if max_activities < 1:
+        raise StartupError("--max-concurrent-activities must be at least 1")
+    runtime = make_runtime(args.metrics_address)
+    state_dir = Path(args.state_dir)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    async with AsyncExitStack() as stack:
+        if args.dev:
+            session = await stack.enter_async_context(
+                dev_server_session(config, state_dir, args.ui_port, runtime)
+            )
+            client, ui_url = session.client, session.ui_url
+            origin = "started the embedded dev server" if session.started_here else "reusing the server"
+        else:
+            client = await connect(config, runtime)
+            ui_url = "the cluster's Web UI"
+            origin = "connected"
+        worker = Worker(
+            client,
+            task_queue=args.task_queue,
+            plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=state_dir))],
+            max_concurrent_activities=max_activities,
+            graceful_shutdown_timeout=timedelta(seconds=args.shutdown_grace_seconds),
+        )
+        metrics = f" metrics=http://{args.metrics_address}/metrics" if args.metrics_address else ""
+        print(
+            f"taskfleet worker: {origin}, {describe(config)} task_queue={args.task_queue} "
+            f"ui={ui_url}{metrics} pid={os.getpid()}",
+            flush=True,
+        )
+        # Run as a task so that a failed start (a template that does not compile, say) ends us
+        # with its message instead of waiting for a Ctrl-C that nobody will send.
+        running = asyncio.create_task(worker.run())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not running.done():
+            print("taskfleet worker: shutting down", flush=True)
+            await worker.shutdown()
+        stopping.cancel()
+        try:
+            await running
+        except StartupError:
+            raise
+        except Exception as err:
+            if not stop.is_set():
+                raise StartupError(f"the worker stopped: {err}") from None
+    print("taskfleet worker: stopped", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("TASKFLEET_LOG_LEVEL", "INFO"))
+    try:
+        args = parse_args(argv)
+        asyncio.run(run(args))
+    except StartupError as err:
+        print(f"taskfleet worker: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def console_main() -> None:
+    """Entry point of `taskfleet-worker` and of the top-level `worker.py` shim.
+
+    Skips interpreter finalization: the Temporal runtime's native threads may still be winding
+    down, and CPython aborts if one touches the interpreter while it finalizes.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    console_main()
