@@ -101,3 +101,35 @@ async def test_ops_arriving_through_continue_as_new_land_once(
     assert status.stats.total_ops == len(ops)
     assert status.stats.pushes == len(ops) // 4
     assert_each_landed_once(fx, ops)
+
+
+async def test_huge_and_deep_rejections_never_reach_continue_as_new(
+    client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
+):
+    """Issue 12 item 2: rejected ops are kept as bounded previews, so a few 1.5 MB ops and a value
+    nested 600 deep neither break `status` nor swell the continue-as-new input."""
+    fx = git_remote
+    ops = fx.commit_ops("after-junk", 4)
+    gb = GitBatcherClient(
+        client,
+        GitBatchConfig(repo=str(fx.clone), max_batch_size=2, max_batch_age_seconds=3600, max_history_events=20),
+        task_queue,
+    )
+    deep: object = {"op_type": "push", "branch": "deep"}
+    for _ in range(600):
+        deep = [deep]
+    async with make_worker():
+        for i in range(3):
+            await gb.enqueue({"op_type": "push", "branch": f"huge-{i}", "message": "x" * (1536 * 1024)})
+        await gb.enqueue(deep)
+        for op in ops:
+            await gb.enqueue(op)
+        status = await landed_ops(gb, len(ops), timeout=60)
+        history = await gb.handle.fetch_history()
+    assert status.runs > 1, "the workflow never continued as new"
+    assert status.stats.rejected_ops == 4 and len(status.rejected) == 4
+    assert all(len(repr(r.op)) < 1000 for r in status.rejected)
+    started = history.events[0].workflow_execution_started_event_attributes
+    carried = sum(len(p.data) for p in started.input.payloads)
+    assert carried < 64 * 1024, f"continue-as-new input is {carried} bytes"
+    assert_each_landed_once(fx, ops)
