@@ -96,6 +96,10 @@ async def test_ops_arriving_through_continue_as_new_land_once(
         status = await landed_ops(gb, len(ops), timeout=60)
         description = await gb.handle.describe()
         save_history("git_batcher_after_continue_as_new", (await gb.handle.fetch_history()).to_json())
+        first_run = client.get_workflow_handle(
+            gb.workflow_id, run_id=description.raw_description.workflow_execution_info.first_run_id
+        )
+        save_history("git_batcher_first_run_continued_as_new", (await first_run.fetch_history()).to_json())
     assert status.runs > 1, "the workflow never continued as new"
     assert description.run_id != description.raw_description.workflow_execution_info.first_run_id
     assert status.stats.total_ops == len(ops)
