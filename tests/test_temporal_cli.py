@@ -144,6 +144,13 @@ async def test_no_input_shape_from_temporal_cli_wedges_the_batcher(
             assert len(err) < 5000, (kind, len(err))
             await good_op_lands()
 
+        # a payload no converter can read (unknown encoding): the SDK drops the signal, refuses the update
+        for name in ("enqueue", "submit", "retry"):
+            verb = ["signal"] if name == "enqueue" else ["update", "execute"]
+            await run_temporal(server_address, "workflow", *verb, "--workflow-id", wf, "--name", name,
+                               "--input", '"x"', "--input-meta", "encoding=no/such-encoding")
+            await good_op_lands()
+
         # flush and flush_now with stray input still work
         await temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name", "flush", "--input", '"now"', "--input", "1")
         out = await temporal(server_address, "workflow", "update", "execute", "--workflow-id", wf, "--name", "flush_now",
