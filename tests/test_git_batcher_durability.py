@@ -137,3 +137,31 @@ async def test_huge_and_deep_rejections_never_reach_continue_as_new(
     carried = sum(len(p.data) for p in started.input.payloads)
     assert carried < 64 * 1024, f"continue-as-new input is {carried} bytes"
     assert_each_landed_once(fx, ops)
+
+
+async def test_flush_now_callers_are_handed_over_across_continue_as_new(
+    client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
+):
+    """Updates that wait on batches (`flush_now`) while the batcher keeps continuing as new: each
+    call returns a real result (refused ones are sent again by the client), every op lands once."""
+    import asyncio
+
+    fx = git_remote
+    ops = fx.commit_ops("handover", 18)
+    config = GitBatchConfig(repo=str(fx.clone), max_batch_size=3, max_batch_age_seconds=3600, max_history_events=25)
+    gb = GitBatcherClient(client, config, task_queue)
+    async with make_worker():
+
+        async def sender(part: list[GitOp]) -> list[str]:
+            statuses = []
+            for op in part:
+                await gb.enqueue(op)
+                statuses.append((await gb.flush_now()).status)
+            return statuses
+
+        results = await asyncio.gather(*(sender(ops[i::3]) for i in range(3)))
+        status = await landed_ops(gb, len(ops), timeout=60)
+    assert all(s in ("completed", "empty") for part in results for s in part), results
+    assert status.runs > 1, "the workflow never continued as new"
+    assert status.stats.failed_ops == 0 and status.stats.total_ops == len(ops)
+    assert_each_landed_once(fx, ops)
