@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from taskfleet.clients.git_batcher import GitBatcherClient
-from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
+from taskfleet.core.models.git_batch import GitBatchConfig, GitOp, GitOpsLanded, OpOutcome
 from taskfleet.testing import make_git_remote
 from tests.conftest import GitRemoteFixture, eventually, git, landed_ops, save_history
+
+
+@workflow.defn(name="LandedListener", sandboxed=False)
+class LandedListener:
+    """Stands in for an orchestrator: collects the `git_ops_landed` outcomes sent to it."""
+
+    def __init__(self) -> None:
+        self.got: list[OpOutcome] = []
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal(name="git_ops_landed")
+    def landed(self, message: GitOpsLanded) -> None:
+        self.got.extend(message.outcomes)
+
+    @workflow.query
+    def outcomes(self) -> list[OpOutcome]:
+        return self.got
 
 
 def batcher(client: Client, fx: GitRemoteFixture, task_queue: str, **config) -> GitBatcherClient:
@@ -368,18 +389,28 @@ async def test_held_ops_are_bounded_and_room_returns_after_landing(client: Clien
     big = "m" * (60 * 1024)
     gb = batcher(client, fx, task_queue, max_batch_size=100)
     accepted = 0
-    async with make_worker():
+    async with make_worker(workflows=[LandedListener]):
         with pytest.raises(WorkflowUpdateFailedError) as caught:
             for i in range(20):
                 await gb.submit(GitOp(op_type="merge", branch="main", target=f"room/{i}", id=f"big-{i}", message=big))
                 accepted += 1
         assert "unfinished ops" in str(caught.value.cause) and "KiB" in str(caught.value.cause)
         assert 4 <= accepted < 20
-        await gb.enqueue(GitOp(op_type="push", branch="main", id="refused-by-signal", message=big))
+        listener = await client.start_workflow(LandedListener.run, id=f"listener-{task_queue}", task_queue=task_queue)
+        await gb.enqueue(GitOp(op_type="push", branch="main", id="refused-by-signal", message=big, reply_to=listener.id))
         status = await gb.status()
         assert len(status.queue) == accepted
         assert "unfinished ops" in status.rejected[-1].reason
         assert len(status.rejected[-1].op["message"]) < 200  # a preview, not the op
+
+        async def told() -> list[OpOutcome]:
+            outcomes = await listener.query(LandedListener.outcomes)
+            assert outcomes, "the sender of the refused op was not told"
+            return outcomes
+
+        [outcome] = await eventually(told)
+        assert outcome.op_id == "refused-by-signal" and outcome.status == "failed"
+        assert "refused by the git batcher" in outcome.reason and "unfinished ops" in outcome.reason
         await gb.flush_now()
         assert await gb.submit(GitOp(op_type="push", branch="main", id="after", message=big)) == "after"
 

@@ -62,11 +62,11 @@ RECENT_IDS = 5_000
 # pending, in failed batches) up to HELD_OPS_BYTES (new ops are refused past it, never dropped once
 # accepted; one op is at most 64 KiB), plus at most CARRIED_EXECUTED_BYTES of compacted recent
 # batches, CARRIED_REJECTED_BYTES of rejection previews and CARRIED_IDS_BYTES of recent op ids:
-# about 0.7 MiB in the worst case.
-HELD_OPS_BYTES = 384 * 1024
+# about 1 MiB in the worst case. (A landing op is ~350 bytes: ~2,200 of them fit.)
+HELD_OPS_BYTES = 768 * 1024
 CARRIED_EXECUTED_BYTES = 64 * 1024
 CARRIED_REJECTED_BYTES = 64 * 1024
-CARRIED_IDS_BYTES = 128 * 1024
+CARRIED_IDS_BYTES = 96 * 1024
 FAILED_BATCH_OVERHEAD = 2 * 1024
 ERROR_CHARS = 1000
 REASON_CHARS = 500
@@ -112,6 +112,8 @@ class GitBatchWorkflow:
         self._awaited: dict[str, int] = {}
         self._finished: dict[str, BatchResult] = {}
         self._draining = False
+        # Refused ops whose sender named a `reply_to`: told at once, so no caller waits for nothing.
+        self._notices: list[tuple[str, OpOutcome]] = []
         self._op_bytes: dict[str, int] = {}
         self._held_bytes = 0
         for op in self._held_ops():
@@ -137,11 +139,16 @@ class GitBatchWorkflow:
         while True:
             try:
                 await workflow.wait_condition(
-                    lambda: self._flush_due() or bool(self.s.pending_batches) or self._should_continue_as_new(),
+                    lambda: self._flush_due()
+                    or bool(self.s.pending_batches)
+                    or self._should_continue_as_new()
+                    or bool(self._notices),
                     timeout=self._until_oldest_is_due(),
                 )
             except asyncio.TimeoutError:
                 pass
+            if self._notices:
+                await self._send_notices()
             if self._should_continue_as_new() and self._continue_under_load():
                 await self._drain_and_continue_as_new()
             if self._flush_due():
@@ -186,6 +193,7 @@ class GitBatchWorkflow:
             await workflow.wait_condition(lambda: workflow.all_handlers_finished() or awaited_pending())
             if workflow.all_handlers_finished() and not awaited_pending():
                 break
+        await self._send_notices()
         self.s.runs += 1
         self._compact_for_carry()
         workflow.logger.info(
@@ -369,6 +377,32 @@ class GitBatchWorkflow:
         stats.avg_ops_per_batch = batched_ops / stats.total_batches
         stats.network_savings = max(batched_ops - stats.pushes, 0)
 
+    async def _send_notices(self) -> None:
+        while self._notices:
+            notices, self._notices = self._notices, []
+            by_listener: dict[str, list[OpOutcome]] = {}
+            for listener, outcome in notices:
+                by_listener.setdefault(listener, []).append(outcome)
+            await self._signal_outcomes("", by_listener)
+
+    def _notice_refusal(self, args: tuple[Any, ...], reason: str) -> None:
+        """A refused op that names `reply_to` and `id` gets a `failed` outcome sent to its sender."""
+        raw = args[0] if len(args) == 1 else None
+        if not isinstance(raw, dict):
+            return
+        listener, op_id = raw.get("reply_to"), raw.get("id")
+        if not (isinstance(listener, str) and isinstance(op_id, str) and 0 < len(listener) <= 1000 and 0 < len(op_id) <= 200):
+            return
+        op_type, branch = raw.get("op_type"), raw.get("branch")
+        outcome = OpOutcome(
+            op_id=op_id,
+            op_type=op_type if isinstance(op_type, str) and len(op_type) < 20 else "",
+            branch=branch if isinstance(branch, str) and len(branch) <= 255 else "",
+            status=OUTCOME_FAILED,
+            reason=f"refused by the git batcher: {reason}",
+        )
+        self._notices.append((listener, outcome))
+
     async def _notify(self, batch: GitBatch) -> None:
         """Signal `git_ops_landed` to every op's `reply_to`; a vanished listener never blocks us."""
         by_listener: dict[str, list[OpOutcome]] = {}
@@ -377,12 +411,15 @@ class GitBatchWorkflow:
             listener = reply_to.get(outcome.op_id)
             if listener:
                 by_listener.setdefault(listener, []).append(outcome)
+        await self._signal_outcomes(batch.id, by_listener)
+
+    async def _signal_outcomes(self, batch_id: str, by_listener: dict[str, list[OpOutcome]]) -> None:
         for listener, outcomes in by_listener.items():
-            message = GitOpsLanded(batch.id, self.config.repo, self.config.remote, outcomes)
+            message = GitOpsLanded(batch_id, self.config.repo, self.config.remote, outcomes)
             try:
                 await workflow.get_external_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message)
             except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
-                workflow.logger.warning("could not tell %s about %s: %s", listener, batch.id, err)
+                workflow.logger.warning("could not tell %s about %s: %s", listener, batch_id or "a refused op", err)
 
     # --- messages --------------------------------------------------------------------------------
 
@@ -441,6 +478,7 @@ class GitBatchWorkflow:
             op = self._parse_op(args)
         except InvalidGitOp as err:
             self._reject(SIGNAL_ENQUEUE, args, str(err))
+            self._notice_refusal(args, clip(str(err), REASON_CHARS))
             return
         try:
             self._accept(op)
