@@ -172,3 +172,31 @@ async def test_no_input_shape_from_temporal_cli_wedges_the_batcher(
         assert json.loads(described)["workflowExecutionInfo"]["status"] in ("WORKFLOW_EXECUTION_STATUS_RUNNING", "Running")
     assert final["stats"]["rejected_ops"] == len(SHAPES)
     assert final["stats"]["landed_ops"] == good
+
+
+async def test_bad_start_input_fails_the_batcher_with_why(
+    server_address: str, task_queue: str, make_worker, git_remote: GitRemoteFixture
+):
+    """A start by hand with a bad config or a bad carried state fails with a message; it never
+    leaves a batcher whose first workflow task fails forever."""
+    fx = git_remote
+    cases = [
+        ("bad-config", [json.dumps({"repo": "relative/path"})], "must be an absolute path"),
+        ("bad-state", [json.dumps({"repo": str(fx.clone)}), json.dumps("junk")], "bad carried state"),
+        ("bad-state-field", [json.dumps({"repo": str(fx.clone)}), json.dumps({"queue": 7})], "bad carried state"),
+    ]
+    async with make_worker():
+        for name, inputs, expected in cases:
+            wf = f"{name}-{task_queue}"
+            args = [a for i in inputs for a in ("--input", i)]
+            await temporal(server_address, "workflow", "start", "--workflow-id", wf, "--type", "GitBatchWorkflow",
+                           "--task-queue", task_queue, *args)
+
+            async def failed() -> str:
+                out = await temporal(server_address, "workflow", "describe", "--workflow-id", wf, "-o", "json")
+                info = json.loads(out)["workflowExecutionInfo"]
+                assert info["status"] in ("WORKFLOW_EXECUTION_STATUS_FAILED", "Failed"), info["status"]
+                return await temporal(server_address, "workflow", "show", "--workflow-id", wf, "-o", "json")
+
+            history = await eventually(failed)
+            assert expected in history, (name, history[-2000:])

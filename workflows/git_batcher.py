@@ -15,6 +15,7 @@ from typing import Any, Optional
 from taskfleet.workflows.activity_names import activity_name
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.converter import value_to_type
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -82,6 +83,16 @@ PUSH_RETRY = RetryPolicy(
 )
 
 
+def _parse_state(raw: Any) -> GitBatchState:
+    if raw is None:
+        return GitBatchState()
+    if isinstance(raw, GitBatchState):
+        return raw
+    if not isinstance(raw, dict):
+        raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
+    return value_to_type(GitBatchState, raw)
+
+
 def _compact_batch(batch: GitBatch) -> GitBatch:
     """A finished batch as the next run keeps it for `status`: ops reduced to what names them."""
     ops = [GitOp(op_type=op.op_type, branch=op.branch, id=op.id, target=op.target) for op in batch.ops]
@@ -96,7 +107,7 @@ def _refs_touched(ops: list[GitOp]) -> int:
 @workflow.defn(name=GIT_BATCH_WORKFLOW)
 class GitBatchWorkflow:
     @workflow.init
-    def __init__(self, config: Any, state: Optional[GitBatchState] = None) -> None:
+    def __init__(self, config: Any, state: Any = None) -> None:
         # The start input arrives as plain JSON (CLI users send it by hand), so it is parsed here
         # rather than by the data converter, which would wedge the workflow task on a bad field.
         self._config_error = ""
@@ -105,7 +116,13 @@ class GitBatchWorkflow:
         except InvalidGitOp as err:
             self._config_error = str(err)
             self.config = GitBatchConfig(repo=str((config or {}).get("repo", "")) if isinstance(config, dict) else "")
-        self.s = state if isinstance(state, GitBatchState) else GitBatchState()
+        # The carried state is parsed here too: a start with a bad second input fails the workflow
+        # with a message instead of failing its first task forever.
+        try:
+            self.s = _parse_state(state)
+        except Exception as err:  # noqa: BLE001
+            self._config_error = self._config_error or f"bad carried state ({clip(str(err), 200)})"
+            self.s = GitBatchState()
         self._seen = set(self.s.recent_ids)
         self._executing: Optional[GitBatch] = None
         # Results of batches that an update (flush_now, retry) waits on, by batch id; only those.
@@ -124,7 +141,7 @@ class GitBatchWorkflow:
     # --- run loop --------------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, config: Any, state: Optional[GitBatchState] = None) -> None:
+    async def run(self, config: Any, state: Any = None) -> None:
         if self._config_error:
             raise ApplicationError(f"bad GitBatchWorkflow start input: {self._config_error}", non_retryable=True)
         workflow.logger.info(
