@@ -78,9 +78,11 @@ def parse_git_op(raw: Any) -> GitOp:
         raw = {f: getattr(raw, f) for f in _OP_FIELDS}
     if not isinstance(raw, dict):
         raise InvalidGitOp(f"a git op must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _OP_FIELDS - {"enqueued_at"})
+    unknown = [str(name) for name in raw if name not in _OP_FIELDS and name != "enqueued_at"]
     if unknown:
-        raise InvalidGitOp(f"unknown field(s) {', '.join(unknown)}; allowed: {sorted(_OP_FIELDS)}")
+        shown = ", ".join(name if len(name) <= 40 else f"{name[:40]}…" for name in sorted(unknown[:100])[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise InvalidGitOp(f"unknown field(s) {shown}{more}; allowed: {sorted(_OP_FIELDS)}")
     for name in ("id", "op_type", "branch", "message", "worktree", "target", "reply_to", "expect_commit"):
         if name in raw and raw[name] is not None and not isinstance(raw[name], str):
             raise InvalidGitOp(f"field {name!r} must be a string")
