@@ -84,7 +84,10 @@ class OrchestratorWorkflow:
         else:
             self.s = params.state
         self.max_parallel = params.max_parallel or board.max_parallel
-        self.git_workflow_id = git_batch_workflow_id(params.repo, params.remote)
+        # Contract C2: the batcher's id names the queue it runs on (the one tasks land through).
+        self.git_workflow_id = git_batch_workflow_id(
+            params.repo, params.remote, params.git_task_queue or workflow.info().task_queue
+        )
         self._running: dict[str, asyncio.Task] = {}
         self._draining = False
         # Counts by state, kept as statuses change: the UI details and `progress` stay O(1) per

@@ -119,7 +119,7 @@ async def git_status(args: argparse.Namespace) -> int:
 
 
 async def git_id(args: argparse.Namespace) -> int:
-    print(git_batch_workflow_id(os.path.abspath(args.repo), args.remote))
+    print(git_batch_workflow_id(os.path.abspath(args.repo), args.remote, args.task_queue))
     return 0
 
 

@@ -20,6 +20,8 @@ UPDATE_FLUSH_NOW = "flush_now"
 UPDATE_RETRY = "retry"
 QUERY_STATUS = "status"
 QUERY_STATS = "stats"
+# Error type of a `flush_now`/`retry` refused while the batcher continues as new: send it again.
+CONTINUING_AS_NEW = "ContinuingAsNew"
 
 # --- OrchestratorWorkflow messages --------------------------------------------------------------
 SIGNAL_GIT_OPS_LANDED = "git_ops_landed"
