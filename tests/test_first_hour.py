@@ -11,7 +11,6 @@ import json
 import os
 import pty
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.clients.git_batcher import git_batch_workflow_id
-from tests.conftest import GitRemoteFixture, eventually
+from tests.conftest import GitRemoteFixture
 from tests.user_cli import TASKFLEET, LiveProcess, assert_one_line_refusal, taskfleet
 
 
@@ -110,7 +109,7 @@ async def test_failure_reasons_in_full_in_json_and_status_and_the_table_points_b
         assert len(reason) > 60
         table = await taskfleet(server_address, "status", run_id, cwd=user_dir, task_queue=task_queue)
     assert table.returncode == 0, table.stderr
-    assert "(below)" in table.stdout and f"F1: (log: " in table.stdout
+    assert "(below)" in table.stdout and "F1: (log: " in table.stdout
     assert " ".join(reason.split()) in " ".join(table.stdout.split())
     # After the worker is gone, status still answers (from the closed run's result), reasons in full.
     shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir, task_queue=task_queue, timeout=20)

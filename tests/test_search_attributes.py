@@ -77,7 +77,9 @@ async def custom_attributes(client: Client) -> set[str]:
     return set(listed.custom_attributes)
 
 
-async def test_a_start_refused_for_missing_attributes_is_recognised_and_falls_back(plain_server: str, git_remote: GitRemoteFixture):
+async def test_a_start_refused_for_missing_attributes_is_recognised_and_falls_back(
+    plain_server: str, git_remote: GitRemoteFixture, tmp_path: Path
+):
     client = await Client.connect(plain_server)
     assert not {k.name for k in ALL} & await custom_attributes(client)
     with pytest.raises(RPCError) as refused:
@@ -94,6 +96,12 @@ async def test_a_start_refused_for_missing_attributes_is_recognised_and_falls_ba
     assert (await batcher.handle.describe()).status is not None
     for h in (handle, batcher.handle):
         await h.terminate(reason="test over")
+    # A worker with the plugin adds them where the operator API allows (a dev server does).
+    async with Worker(client, task_queue="nobody", plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=tmp_path / "state"))]):
+        async def added() -> None:
+            assert {k.name for k in ALL} <= await custom_attributes(client)
+
+        await eventually(added, timeout=30)
 
 
 async def test_run_and_enqueue_work_on_a_plain_dev_server(plain_server: str, git_remote: GitRemoteFixture, tmp_path: Path):
