@@ -155,6 +155,19 @@ async def test_progress_line_is_redrawn_at_the_end(
     """In a terminal the last progress line agrees with the table (not "0 landed, 0 push(es)")."""
     board = write_board(user_dir, [("P1", "`true`"), ("P2", "`true`"), ("P3", "`true`")])
     primary, secondary = pty.openpty()
+
+    def drain() -> bytes:  # read the terminal while the run draws on it, so its writes never block
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the last writer closed the terminal
+                return seen
+            if not chunk:
+                return seen
+            seen += chunk
+
+    reader = asyncio.ensure_future(asyncio.to_thread(drain))
     async with make_worker():
         proc = await asyncio.create_subprocess_exec(
             TASKFLEET, "--address", server_address, "--task-queue", task_queue, "run", str(board),
@@ -163,15 +176,7 @@ async def test_progress_line_is_redrawn_at_the_end(
         )
         os.close(secondary)
         out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    terminal = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        terminal += chunk
+    terminal = await asyncio.wait_for(reader, 30)
     os.close(primary)
     assert proc.returncode == 0, terminal.decode(errors="replace")
     last_drawn = terminal.decode().replace("\r\n", "\n").split("\n")
