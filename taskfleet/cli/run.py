@@ -198,7 +198,7 @@ async def run_board(args: argparse.Namespace) -> int:
         loop.remove_signal_handler(signal.SIGINT)
         pollers.cancel()
     if result is None:
-        print(f"taskfleet: stopped watching {handle.id}; the run goes on on the worker: "
+        print(f"taskfleet: stopped watching {handle.id}; the run goes on without this command: "
               f"{_how_to_follow(args, handle.id)}", file=sys.stderr, flush=True)
         return 130
     if args.json:
