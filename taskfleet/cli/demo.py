@@ -11,20 +11,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.resources
+import os
 import shutil
 import signal
 import sys
+import sysconfig
 import uuid
 from pathlib import Path
 
+from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from taskfleet.cli.run import summary_table, watch
 from taskfleet.clients.connection import load_connect_config
+from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import BoardError, load_board
 from taskfleet.core.ids import orchestrator_workflow_id
+from taskfleet.core.models.git_batch import GitBatchConfig
 from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.devserver.session import dev_server_session
 from taskfleet.plugin import TaskfleetPlugin
 from taskfleet.sample_remote import make_sample_remote
@@ -47,6 +54,44 @@ async def _wait_for_ctrl_c() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+
+
+def _shown(path: str) -> str:
+    """A path as short as it can be while still running verbatim from the current folder."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def _script(name: str) -> str:
+    """A console script of this environment (`.venv/bin/<name>`), which works without activating it."""
+    path = Path(sysconfig.get_path("scripts")) / name
+    return _shown(str(path)) if path.exists() else name
+
+
+def _demo_batcher_id(clone: Path) -> str:
+    try:
+        return git_batch_workflow_id(str(clone), "origin", task_queue=DEMO_TASK_QUEUE)  # type: ignore[call-arg]
+    except TypeError:  # TODO(C2): before h3's task_queue argument is merged, the id has no queue in it
+        return git_batch_workflow_id(str(clone), "origin")
+
+
+async def _end_idle_batcher(client: Client, clone: Path) -> None:
+    """The demo's batcher would otherwise stay Running under "No workers polling" once the demo exits:
+    with nothing queued or failed, end it, saying why (its history and stats stay browsable)."""
+    batcher = GitBatcherClient(client, GitBatchConfig(repo=str(clone)), DEMO_TASK_QUEUE)
+    batcher.workflow_id = _demo_batcher_id(clone)
+    try:
+        status = await batcher.status()
+        if status.queue or status.pending_batches or status.failed_batches or status.executing:
+            print(f"batcher:  {batcher.workflow_id} still has work; it stays running (serve it with "
+                  f"`taskfleet-worker --task-queue {DEMO_TASK_QUEUE}`)")
+            return
+        await batcher.handle.terminate(reason="taskfleet demo finished: nothing left to push")
+    except RPCError as err:
+        print(f"batcher:  {batcher.workflow_id}: {err.message}", file=sys.stderr)
 
 
 async def demo(args: argparse.Namespace) -> int:
@@ -80,9 +125,21 @@ async def demo(args: argparse.Namespace) -> int:
             print(f"speed-up: {result.stats.speedup:.2f}x ({result.stats.task_seconds:.1f}s of task time "
                   f"in {result.stats.wall_seconds:.1f}s)")
             print(f"pushes:   {pushes} for {landed} landed tasks (the remote's hook counted them)")
-            print(f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}")
-            print(f"CLI:      temporal workflow list --address {config['target_host']}")
-            if sys.stdin.isatty() and not args.no_wait:
+            await _end_idle_batcher(session.client, clone)
+            keep_up = sys.stdin.isatty() and not args.no_wait
+            stops = session.started_here and not keep_up
+            print(f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}"
+                  + (" (once the server is back, see below)" if stops else ""))
+            flags = f"--address {config['target_host']}"
+            if not stops:
+                print(f"CLI:      {_shown(find_temporal_cli())} workflow list {flags}")
+                print(f"          {_script('taskfleet')} {flags} status {handle.id}")
+            else:
+                # The server we started stops with us: point at how to bring it (and the run) back.
+                print(f"Server:   stopped with the demo; the run's history is kept in {state_dir / 'temporal.db'}.")
+                print(f"          `{_script('taskfleet-worker')} --dev {flags} --state-dir {_shown(str(state_dir))} --task-queue "
+                      f"{DEMO_TASK_QUEUE}` brings it back, then `{_script('taskfleet')} {flags} status {handle.id}`")
+            if keep_up:
                 print("The server stays up so you can browse the run; Ctrl-C to stop.", flush=True)
                 await _wait_for_ctrl_c()
     ok = all(t.status == "succeeded" and t.landed for t in result.tasks)
