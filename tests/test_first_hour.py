@@ -64,7 +64,7 @@ async def test_run_checks_repo_base_and_remote_before_starting(
         await assert_no_workflow(client, run_id)
         repo = flags[1]
         remote = flags[3] if flags[2:3] == ["--remote"] else "origin"
-        await assert_no_workflow(client, git_batch_workflow_id(repo, remote))
+        await assert_no_workflow(client, git_batch_workflow_id(repo, remote, task_queue=task_queue))
 
 
 async def test_run_without_worker_says_so_then_ctrl_c_says_how_to_follow(

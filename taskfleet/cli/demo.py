@@ -72,10 +72,7 @@ def _script(name: str) -> str:
 
 
 def _demo_batcher_id(clone: Path) -> str:
-    try:
-        return git_batch_workflow_id(str(clone), "origin", task_queue=DEMO_TASK_QUEUE)  # type: ignore[call-arg]
-    except TypeError:  # TODO(C2): before h3's task_queue argument is merged, the id has no queue in it
-        return git_batch_workflow_id(str(clone), "origin")
+    return git_batch_workflow_id(str(clone), "origin", task_queue=DEMO_TASK_QUEUE)
 
 
 async def _end_idle_batcher(client: Client, clone: Path) -> None:
