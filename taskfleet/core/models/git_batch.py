@@ -43,6 +43,8 @@ class GitOp:
     force: bool = False
     # Set by the workflow when the op is accepted (ISO-8601, workflow time).
     enqueued_at: str = ""
+    # push/merge: fail the op unless the clone's refs/heads/<branch> is this commit when it applies.
+    expect_commit: str = ""
 
 
 @dataclass
@@ -76,6 +78,8 @@ class OpOutcome:
     reason: str = ""
     commit: str = ""
     ref: str = ""
+    # The commit of `branch` that landed (push: the remote ref's new value; merge: the merged tip).
+    branch_commit: str = ""
 
 
 @dataclass
