@@ -184,15 +184,11 @@ class TaskActivities:
             base_tree=await git(params.repo, "rev-parse", f"{worktree.base_commit}^{{tree}}"),
         )
         cached = None if task.refresh else self.results.get(key)
-        if cached is not None:
-            # Point the task branch (checked out in the worktree) at the cached commit.
-            ran = await git_run(worktree.path, "reset", "-q", "--hard", cached["commit"])
-            if ran.code != 0:  # the commit is not in this clone: run the task after all
-                cached = None
-        if cached is not None:
+        commit = await self._from_cache(cached, worktree, params) if cached is not None else ""
+        if commit:
             for name in ("exec_exit_code", "verify_exit_code", "exec_seconds", "verify_seconds", "output_tail"):
                 setattr(result, name, cached.get(name))
-            result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, cached["commit"], True
+            result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, commit, True
             await self._land(params, result)
             return
 
@@ -210,6 +206,34 @@ class TaskActivities:
             "verify_seconds": result.verify_seconds, "output_tail": result.output_tail,
         })
         await self._land(params, result)
+
+    async def _from_cache(self, cached: dict, worktree: Worktree, params: TaskInput) -> str:
+        """The cached result's commit on the task branch, on today's base; "" when unusable.
+
+        The cache is keyed by the base's tree, so a commit made on an older base commit with the
+        same tree is the same work: it is committed again on the current base (same tree, this
+        run's trailers), never pushed on the old one.
+        """
+        task = params.task
+        ran = await git_run(params.repo, "rev-parse", "--verify", "-q", f"{cached['commit']}^{{commit}}",
+                            f"{cached['commit']}^", f"{cached['commit']}^{{tree}}")
+        lines = ran.out.split()
+        if ran.code != 0 or len(lines) != 3:
+            return ""  # the commit is not in this clone: run the task after all
+        commit, parent, tree = lines
+        if parent != worktree.base_commit:
+            message = (await git(params.repo, "log", "-1", "--format=%B", commit)).split(f"\n\n{TASK_TRAILER}:")[0]
+            repo = Repo(params.repo)
+            try:
+                env = commit_env(repo)
+            finally:
+                repo.close()
+            commit = await git(
+                params.repo, "commit-tree", tree, "-p", worktree.base_commit, "-m", message or task.id,
+                "-m", f"{TASK_TRAILER}: {task.id}\n{RUN_TRAILER}: {params.run_key}", env=env,
+            )
+        # Point the task branch (checked out in the worktree) at the commit.
+        return commit if (await git_run(worktree.path, "reset", "-q", "--hard", commit)).code == 0 else ""
 
     async def _execute(
         self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult
