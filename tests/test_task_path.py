@@ -162,7 +162,13 @@ async def test_a_second_running_board_on_the_same_branches_is_refused_naming_the
         later = await start_board(client, board(["B", "C"]), str(git_remote.clone), task_queue=task_queue,
                                   git_max_batch_age_seconds=0.2)
         assert all(t.landed for t in (await later.result()).tasks)
-        save_history("orchestrator_claims_and_verified_landing", (await later.fetch_history()).to_json())
+        history = await later.fetch_history()
+        save_history("orchestrator_claims_and_verified_landing", history.to_json())
+    summaries = [
+        client.data_converter.payload_converter.from_payload(e.user_metadata.summary, str)
+        for e in history.events if e.HasField("timer_started_event_attributes") and e.HasField("user_metadata")
+    ]
+    assert any(s.startswith("land timeout") for s in summaries), summaries
 
 
 async def test_executor_that_switches_branch_still_lands_its_work_on_the_task_branch(
@@ -238,6 +244,7 @@ async def test_cancel_while_the_landing_push_is_in_flight_reports_it_landed(
         with pytest.raises(WorkflowFailureError):
             await handle.result()
         p = await progress(handle)
+        save_history("orchestrator_cancel_while_landing", (await handle.fetch_history()).to_json())
     assert git_remote.remote_ref("task/P1")
     assert [t.landed for t in p.tasks] == [True], p
 
