@@ -215,7 +215,7 @@ class TaskActivities:
         run's trailers), never pushed on the old one.
         """
         task = params.task
-        ran = await git_run(params.repo, "rev-parse", "--verify", "-q", f"{cached['commit']}^{{commit}}",
+        ran = await git_run(params.repo, "rev-parse", f"{cached['commit']}^{{commit}}",
                             f"{cached['commit']}^", f"{cached['commit']}^{{tree}}")
         lines = ran.out.split()
         if ran.code != 0 or len(lines) != 3:

@@ -216,10 +216,19 @@ async def test_rerun_with_the_same_id_starts_fresh_from_the_moved_base(client, m
         new_main = git(git_remote.clone, "rev-parse", "main")
         second = await (await start_board(client, b, str(git_remote.clone), task_queue=task_queue,
                                           workflow_id=workflow_id, git_max_batch_age_seconds=0.2)).result()
+        # once more, from the result cache this time (same base tree): still on today's base
+        git(git_remote.clone, "commit", "-q", "--allow-empty", "-m", "main moved again")
+        git(git_remote.clone, "push", "-q", "origin", "main")
+        newest_main = git(git_remote.clone, "rev-parse", "main")
+        b.tasks[0].refresh = False
+        third = await (await start_board(client, b, str(git_remote.clone), task_queue=task_queue,
+                                         workflow_id=workflow_id, git_max_batch_age_seconds=0.2)).result()
     assert first.tasks[0].landed and second.tasks[0].landed, (first.tasks, second.tasks)
-    assert len(counter.read_text().split()) == 2, "the second run did not execute its task"
     assert git(git_remote.remote, "rev-parse", f"{second.tasks[0].commit}^") == new_main
-    assert git_remote.remote_ref("task/R1") == second.tasks[0].commit
+    assert third.tasks[0].cache_hit and third.tasks[0].landed, third.tasks
+    assert len(counter.read_text().split()) == 2, "the second run did not execute its task, or the third did"
+    assert git(git_remote.remote, "rev-parse", f"{third.tasks[0].commit}^") == newest_main
+    assert git_remote.remote_ref("task/R1") == third.tasks[0].commit
 
 
 async def test_cancel_while_the_landing_push_is_in_flight_reports_it_landed(

@@ -166,15 +166,22 @@ class WorktreePool:
             assert lock is not None, "a fresh lock file is always free"
             slot = Slot(name, folder / name, os.path.abspath(repo_path), lock)
             try:
-                await git(repo_path, "worktree", "add", "-q", "--detach", "-f", str(slot.path), base_commit,
-                          heartbeat=heartbeat)
+                # Only the registration under the clone's lock; the checkout itself (seconds on a
+                # large tree) runs after, in parallel with other tasks' checkouts.
+                await git(repo_path, "worktree", "add", "-q", "--no-checkout", "--detach", "-f", str(slot.path),
+                          base_commit, heartbeat=heartbeat)
             except BaseException:
                 release(lock)
                 (folder / f"{name}.lock").unlink(missing_ok=True)
                 raise
-            return slot
         finally:
             self._locks.release(lock_path, handle)
+        try:
+            await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
+        except BaseException:
+            await asyncio.shield(self._discard(slot))
+            raise
+        return slot
 
     async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing) -> None:
         await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
