@@ -138,13 +138,37 @@ class WorktreePool:
         task.add_done_callback(self._cleanups.discard)
 
     async def drain(self) -> None:
-        """At worker stop: finish scrubbing, then remove every slot (no worktree stays registered)."""
+        """At worker stop: unregister every slot from its clone at once, then delete the files.
+
+        Slots are moved into `<clone folder>/.trash` (a rename) and `git worktree prune` drops
+        their registrations in one call, so the clone is clean even if deleting a large tree is cut
+        short by the worker's shutdown timeout; the next start deletes what is left in the trash.
+        """
         while self._cleanups:
             await asyncio.gather(*list(self._cleanups), return_exceptions=True)
-        for clone in self._clones.values():
+        trash_dirs = []
+        for clone_path, clone in self._clones.items():
+            if not clone.owned:
+                continue
+            folder = self.repo_dir(clone_path)
+            trash = folder / ".trash"
+            trash.mkdir(parents=True, exist_ok=True)
             for slot in list(clone.owned):
-                await self._discard(slot)
+                try:
+                    slot.path.rename(trash / slot.name)
+                except OSError:
+                    shutil.rmtree(slot.path, ignore_errors=True)
+                release(slot.lock)
+                (folder / f"{slot.name}.lock").unlink(missing_ok=True)
+            clone.owned.clear()
             clone.free.clear()
+            handle = await self._locks.acquire(folder / ".lock")
+            try:
+                await git_run(clone_path, "worktree", "prune")
+            finally:
+                self._locks.release(folder / ".lock", handle)
+            trash_dirs.append(trash)
+        await asyncio.gather(*(asyncio.to_thread(shutil.rmtree, t, True) for t in trash_dirs))
 
     def slots(self) -> int:
         return sum(len(c.owned) for c in self._clones.values())
@@ -223,6 +247,7 @@ class WorktreePool:
         if not self.root.is_dir():
             return removed
         for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            shutil.rmtree(folder / ".trash", ignore_errors=True)  # a drain cut short
             repo_file = folder / "REPO"
             if not repo_file.exists():
                 continue
