@@ -300,3 +300,40 @@ async def test_executors_die_with_a_killed_worker_and_the_retry_lands_only_its_o
     assert t.status == "succeeded" and t.landed, t
     files = files_of(git_remote.remote, t.commit)
     assert "retry-attempt.txt" in files and "first-attempt.txt" not in files, files
+
+
+async def test_an_outcome_sent_by_another_client_with_the_run_s_op_id_is_not_credited(
+    client, make_worker, task_queue, git_remote, tmp_path
+):
+    from taskfleet.core.ids import git_batch_workflow_id, landing_op_id
+    from taskfleet.core.models.git_batch import GitBatchStats, GitOpsLanded, OpOutcome
+    from taskfleet.core.names import QUERY_STATS, SIGNAL_GIT_OPS_LANDED
+
+    git_remote.install_hook("pre-receive", 'while read old new ref; do [ "$ref" = refs/heads/task/T1 ] && exit 1; done\nexit 0\n')
+    gate = tmp_path / "gate"
+    b = board(["T1", "T2"])
+    b.tasks[1].run = f'while [ ! -e "{gate}" ]; do sleep 0.05; done; ' + WRITE
+    async with make_worker():
+        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=0.2)
+
+        batcher = client.get_workflow_handle(git_batch_workflow_id(str(git_remote.clone), "origin"))
+
+        async def t1_refused_by_the_remote():
+            p = await progress(handle)
+            assert p.counts["succeeded"] == 1 and p.counts["running"] == 1, p.counts
+            stats = await batcher.query(QUERY_STATS, result_type=GitBatchStats)
+            assert stats.failed_ops == 1, stats
+
+        await eventually(t1_refused_by_the_remote, timeout=60)
+        first_run = (await handle.describe()).raw_description.workflow_execution_info.first_run_id
+        op_id = landing_op_id(f"{handle.id}@{first_run}", "T1")
+        forged = GitOpsLanded(batch_id="forged", repo=str(git_remote.clone), remote="origin", outcomes=[
+            OpOutcome(op_id=op_id, op_type="push", branch="task/T1", status="landed", commit="f" * 40,
+                      branch_commit="f" * 40)])
+        await handle.signal(SIGNAL_GIT_OPS_LANDED, forged)
+        gate.touch()
+        result = await handle.result()
+    by_id = {t.id: t for t in result.tasks}
+    assert not by_id["T1"].landed and not git_remote.remote_ref("task/T1"), by_id["T1"]
+    assert by_id["T2"].landed
