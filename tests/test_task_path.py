@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from taskfleet.activities.task_runner import task_file_stem
 from temporalio.client import Client, WorkflowFailureError
 
-from taskfleet.activities.task_runner import task_file_stem
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.boards import parse_markdown_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
@@ -61,6 +61,7 @@ async def test_worker_with_default_settings_started_elsewhere_runs_a_worktree_ta
 ):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    git(elsewhere, "init", "-q")  # the worker stands in some other clone, as a user's shell often does
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKFLEET_")}
     log = open(tmp_path / "worker.log", "ab")
     proc = subprocess.Popen(
@@ -337,3 +338,13 @@ async def test_an_outcome_sent_by_another_client_with_the_run_s_op_id_is_not_cre
     by_id = {t.id: t for t in result.tasks}
     assert not by_id["T1"].landed and not git_remote.remote_ref("task/T1"), by_id["T1"]
     assert by_id["T2"].landed
+
+
+async def test_a_prompt_of_any_size_reaches_the_executor_by_file(client, make_worker, task_queue, git_remote):
+    b = board(["BIG"], run='test "$(wc -c < "$TASKFLEET_PROMPT_FILE")" -ge 200000 && [ -z "${TASKFLEET_PROMPT+set}" ]',
+              verify="true")
+    b.tasks[0].template = "{{ 'x' * 200000 }}"
+    b.tasks[0].worktree = False
+    async with make_worker():
+        result = await (await start_board(client, b, str(git_remote.clone), task_queue=task_queue)).result()
+    assert result.tasks[0].status == "succeeded", result.tasks[0]

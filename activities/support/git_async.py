@@ -75,7 +75,7 @@ async def git_run(
     """Run `git args...` in `cwd`; its exit code and output, whatever the code."""
     out, err = _memfile("git-out"), _memfile("git-err")
     try:
-        proc = subprocess.Popen(
+        proc = subprocess.Popen(  # noqa: ASYNC220 - spawned here, waited for through a pidfd below
             ["git", *args], cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             env={**os.environ, **GIT_ENV, **(env or {})},
         )
@@ -104,7 +104,7 @@ async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None, he
 def try_flock(path: Path) -> IO[bytes] | None:
     """An exclusive lock on `path` if it is free right now, else None (never waits)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+b")
+    handle = open(path, "a+b")  # noqa: SIM115 - kept open while the lock is held
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
