@@ -69,6 +69,14 @@ def landed_commit(outcome: OpOutcome) -> str:
     return outcome.branch_commit or (outcome.commit if outcome.op_type == "push" else "")
 
 
+def _batcher_id(repo: str, remote: str, task_queue: str) -> str:
+    """Contract C2: the batcher of this clone and remote on the queue its pushes run on."""
+    try:
+        return git_batch_workflow_id(repo, remote, task_queue=task_queue)  # type: ignore[call-arg]
+    except TypeError:  # a ground from before C2: one batcher per clone and remote
+        return git_batch_workflow_id(repo, remote)
+
+
 def _summary(task: TaskSpec) -> str:
     """`T2.3: Prompt template caching`: the task id and the head of its scope, for the UI."""
     head = task.scope.split(":")[0].strip()
@@ -97,7 +105,7 @@ class OrchestratorWorkflow:
         else:
             self.s = params.state
         self.max_parallel = params.max_parallel or board.max_parallel
-        self.git_workflow_id = git_batch_workflow_id(params.repo, params.remote)
+        self.git_workflow_id = _batcher_id(params.repo, params.remote, params.git_task_queue or workflow.info().task_queue)
         self._running: dict[str, asyncio.Task] = {}
         self._draining = False
         # Landing outcomes that arrived before their task's result (op id -> outcome, batch id).
