@@ -21,7 +21,7 @@ from taskfleet.activities.services.template_cache import (
 from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHeld, NotAClone
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords
-from taskfleet.activities.support.git_async import git, git_run
+from taskfleet.activities.support.git_async import Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
 from taskfleet.activities.support.worktrees import (
@@ -196,7 +196,7 @@ class TaskActivities:
             return
         try:
             result.commit = await _commit(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
-                                          params.run_key)
+                                          params.run_key, heartbeat=lambda: activity.heartbeat(task.id))
         except CommitRefused as err:
             result.status, result.failure_type, result.reason = TASK_FAILED, "bad_checkout", str(err)
             return
@@ -354,7 +354,10 @@ class CommitRefused(Exception):
     """The worktree cannot be committed as the task's work; the message says why, for a person."""
 
 
-async def _commit(worktree: Path, task_id: str, scope: str, branch: str, base_commit: str, run_key: str) -> str:
+async def _commit(
+    worktree: Path, task_id: str, scope: str, branch: str, base_commit: str, run_key: str,
+    heartbeat: Heartbeat = _nothing,
+) -> str:
     """Commit whatever the worktree holds onto the task's branch, wherever the executor left HEAD.
 
     Executors (agents) may commit, switch or create branches: the task's work is the worktree's
@@ -362,8 +365,8 @@ async def _commit(worktree: Path, task_id: str, scope: str, branch: str, base_co
     with plumbing (write-tree, commit-tree) and the task branch set to it, so the branch that is
     pushed always carries the task's work.
     """
-    await git(worktree, "add", "-A")
-    tree = await git(worktree, "write-tree")
+    await git(worktree, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: keep heartbeating
+    tree = await git(worktree, "write-tree", heartbeat=heartbeat)
     head = (await git_run(worktree, "rev-parse", "--verify", "-q", "HEAD^{commit}")).out.strip()
     parent = base_commit
     if head and head != base_commit:
