@@ -65,6 +65,7 @@ class WorkerServices:
             self.lesson_activities.record_lesson,
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
+            self.tasks.claim_branches,
         ]
 
     async def start(self) -> None:
@@ -77,7 +78,7 @@ class WorkerServices:
                 stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10],
             )
         await asyncio.to_thread(self.result_cache.open)
-        stale = await asyncio.to_thread(self.tasks.worktrees.prune_stale)
+        stale = await asyncio.to_thread(self.tasks.prune_stale)
         await asyncio.to_thread(self.tasks.scratch.prune_stale)
         if stale:
             log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
@@ -97,7 +98,10 @@ class WorkerServices:
         try:
             yield
         finally:
-            self.stop()
+            try:
+                await self.tasks.stop()  # drain the worktree pool
+            finally:
+                self.stop()
 
 
 def _appending(extra: Callable[[], Sequence[Any]]) -> Callable[[Sequence[Any] | None], list[Any]]:

@@ -174,8 +174,6 @@ async def test_a_user_project_with_its_own_workflows_activities_run_task_and_smo
     assert "More than one" not in log and "ModuleNotFoundError" not in log, log
 
 
-@pytest.mark.xfail(strict=True, reason="needs h2's absolute state dir (issue 11 item 1): with the relative default "
-                   "`.taskfleet`, `git worktree add` resolves it inside the clone; remove this mark at merge")
 async def test_a_board_lands_from_a_user_project_with_default_settings(
     wheel_and_venv, client: Client, server_address: str, task_queue: str, git_remote: GitRemoteFixture, tmp_path: Path
 ):

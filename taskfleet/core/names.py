@@ -33,6 +33,7 @@ ACTIVITY_PUSH_BATCH = "taskfleet_push_batch"
 ACTIVITY_QUERY_LESSONS = "taskfleet_query_lessons"
 ACTIVITY_RECORD_LESSON = "taskfleet_record_lesson"
 ACTIVITY_LESSONS_STATS = "taskfleet_lessons_stats"
+ACTIVITY_CLAIM_BRANCHES = "taskfleet_claim_branches"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).
@@ -43,3 +44,7 @@ LEGACY_ACTIVITY_NAMES = {
     ACTIVITY_LESSONS_STATS: "lessons_stats",
 }
 PATCH_PREFIXED_ACTIVITIES = "taskfleet-prefixed-activity-names"
+
+# Orchestrator changes guarded for replay (each id is recorded in the histories that use it).
+PATCH_RUN_KEY_FIRST_RUN = "taskfleet-run-key-first-run-id"
+PATCH_CLAIM_BRANCHES = "taskfleet-claim-branches"
