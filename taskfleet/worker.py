@@ -129,17 +129,28 @@ async def run(args: argparse.Namespace) -> None:
         running = asyncio.create_task(worker.run())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        shutting_down = None
         if not running.done():
             print("taskfleet worker: shutting down", flush=True)
-            await worker.shutdown()
+            # Not `await worker.shutdown()`: it waits for a completion the SDK only signals once
+            # the worker has started polling, so a start that fails after a SIGTERM (in a plugin's
+            # run context, say) would hang. Ask for the shutdown, then wait for `run` to end.
+            shutting_down = asyncio.create_task(worker.shutdown())
+            await asyncio.wait({running})
         stopping.cancel()
         try:
             await running
-        except StartupError:
-            raise
+        except StartupError as err:
+            if not stop.is_set():
+                raise
+            print(f"taskfleet worker: error while stopping: {err}", file=sys.stderr, flush=True)
         except Exception as err:
             if not stop.is_set():
                 raise StartupError(f"the worker stopped: {err}") from None
+            print(f"taskfleet worker: error while stopping: {err}", file=sys.stderr, flush=True)
+        finally:
+            if shutting_down is not None:
+                shutting_down.cancel()
     print("taskfleet worker: stopped", flush=True)
 
 
