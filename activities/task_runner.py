@@ -71,7 +71,7 @@ class TaskActivities:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
             scratch = self.scratch.take()
             try:
-                await self._execute(params, scratch, *self._write_prompt(params, log_path), log_path, result)
+                await self._execute(params, scratch, *await self._write_prompt(params, log_path), log_path, result)
             finally:
                 self.scratch.give_back(scratch)
                 result.seconds = time.monotonic() - started
@@ -100,7 +100,7 @@ class TaskActivities:
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, worktree.resumed_commit, True
             await self._land(params, result)
             return
-        prompt_file, prompt = self._write_prompt(params, log_path)
+        prompt_file, prompt = await self._write_prompt(params, log_path)
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         key = cache_key(
             activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
@@ -140,7 +140,8 @@ class TaskActivities:
             "TASKFLEET_BRANCH": task.branch,
             "TASKFLEET_BASE": params.base,
             "TASKFLEET_WORKTREE": str(cwd),
-            "TASKFLEET_PROMPT": prompt,
+            # The prompt itself only when small (exec refuses a variable over 128 KiB); the file always.
+            **({"TASKFLEET_PROMPT": prompt} if len(prompt.encode()) <= 32 * 1024 else {}),
             "TASKFLEET_PROMPT_FILE": str(prompt_file),
         }
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
@@ -158,15 +159,15 @@ class TaskActivities:
         result.status = TASK_SUCCEEDED
         return True
 
-    def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
+    async def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
-        prompt = self._prompt(params)
+        prompt = await self._prompt(params)
         prompt_file = log_path.with_suffix(".prompt.md")
         prompt_file.parent.mkdir(parents=True, exist_ok=True)
         prompt_file.write_text(prompt)
         return prompt_file, prompt
 
-    def _prompt(self, params: TaskInput) -> str:
+    async def _prompt(self, params: TaskInput) -> str:
         task = params.task
         query = LessonQuery(task_type=task.task_type, activity_type=task.activity_type, limit=PROMPT_LESSONS)
         lessons = [asdict(m.lesson) for m in self.lessons.query(query)]
@@ -174,7 +175,7 @@ class TaskActivities:
         try:
             if task.template.endswith(TEMPLATE_SUFFIXES) and "{" not in task.template:
                 return self.templates.render(task.template, context).text
-            return self.templates.render_inline(task.template, context).text
+            return (await self.templates.render_with_limit(task.template, context)).text
         except TemplateRenderError as err:
             raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
 
