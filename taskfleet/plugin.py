@@ -132,14 +132,25 @@ class TaskfleetPlugin(SimplePlugin):
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Cancel in about a second: a cancel reaches a running task only in a heartbeat's answer,
+        """Two worker settings (h5, issue 16), after SimplePlugin's own:
+
+        Cancel in about a second: a cancel reaches a running task only in a heartbeat's answer,
         and the SDK sends heartbeats at most every min(0.8 x heartbeat timeout, this worker's
         `max_heartbeat_throttle_interval`), i.e. every 24 s for our 30 s heartbeat timeout. Lowered
-        to 1 s, only when the user left the SDK's default (60 s) in place."""
+        to 1 s, only when the user left the SDK's default (60 s) in place.
+
+        Worker Versioning: our workflows declare a versioning behavior, which an unversioned
+        worker must not send (see taskfleet/versioning.py)."""
+        from taskfleet.versioning import UnversionedRunner, uses_worker_versioning
+
         config = super().configure_worker(config)
         sdk_default, ours = timedelta(seconds=60), timedelta(seconds=1)
         if config.get("max_heartbeat_throttle_interval", sdk_default) == sdk_default:
             config["max_heartbeat_throttle_interval"] = ours
+        if not uses_worker_versioning(config):
+            for key in ("workflow_runner", "unsandboxed_workflow_runner"):
+                if config.get(key) is not None:
+                    config[key] = UnversionedRunner(config[key])  # type: ignore[literal-required]
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:

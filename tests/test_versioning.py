@@ -99,3 +99,27 @@ async def test_running_board_stays_on_v1_new_board_runs_on_v2(tmp_path: Path, se
         for w in workers:
             if w.proc.poll() is None:
                 w.interrupt()
+
+
+async def test_declared_behaviors_do_not_break_an_unversioned_worker(client, make_worker, task_queue):
+    """The SDK sends a defn's versioning behavior with every completion and the server refuses it
+    from an unversioned worker; the plugin clears it there (taskfleet/versioning.py)."""
+    import asyncio
+
+    from taskfleet.core.models.lessons import LessonsAnswer
+    from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
+    from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
+    from taskfleet.workflows.orchestrator import OrchestratorWorkflow
+
+    from temporalio.common import VersioningBehavior as Behavior
+    from temporalio.workflow import _Definition
+
+    assert _Definition.must_from_class(OrchestratorWorkflow).versioning_behavior == Behavior.PINNED
+    assert _Definition.must_from_class(LessonsQueryWorkflow).versioning_behavior == Behavior.AUTO_UPGRADE
+    async with make_worker():
+        answer = await asyncio.wait_for(
+            client.execute_workflow(LESSONS_QUERY_WORKFLOW, None, id=f"lessons-{uuid.uuid4().hex[:8]}",
+                                    task_queue=task_queue, result_type=LessonsAnswer),
+            timeout=30,
+        )
+    assert answer.stats is not None
