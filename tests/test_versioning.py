@@ -8,15 +8,24 @@ is told by its log path: each worker has its own state folder.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import uuid
 from pathlib import Path
 
 from temporalio.api.enums.v1 import VersioningBehavior
+from temporalio.client import Client
+from temporalio.common import VersioningBehavior as DeclaredBehavior
+from temporalio.workflow import _Definition
 
 from taskfleet.clients.orchestrator import start_board
+from taskfleet.core.models.lessons import LessonsAnswer
 from taskfleet.core.models.orchestrator import Board, TaskSpec
+from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
 from taskfleet.devserver.server import find_temporal_cli
+from taskfleet.workflows.git_batcher import GitBatchWorkflow
+from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
+from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 from tests.conftest import WorkerProcess, eventually
 
 
@@ -61,8 +70,6 @@ async def test_running_board_stays_on_v1_new_board_runs_on_v2(tmp_path: Path, se
                              "--state-dir", str(states[build_id]), "--deployment-name", deployment,
                              "--build-id", build_id, log=tmp_path / f"{build_id}.log")
 
-    from temporalio.client import Client
-
     client = await Client.connect(server_address)
     workers = [worker("v1")]
     try:
@@ -104,18 +111,10 @@ async def test_running_board_stays_on_v1_new_board_runs_on_v2(tmp_path: Path, se
 async def test_declared_behaviors_do_not_break_an_unversioned_worker(client, make_worker, task_queue):
     """The SDK sends a defn's versioning behavior with every completion and the server refuses it
     from an unversioned worker; the plugin clears it there (taskfleet/versioning.py)."""
-    import asyncio
-
-    from taskfleet.core.models.lessons import LessonsAnswer
-    from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
-    from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
-    from taskfleet.workflows.orchestrator import OrchestratorWorkflow
-
-    from temporalio.common import VersioningBehavior as Behavior
-    from temporalio.workflow import _Definition
-
-    assert _Definition.must_from_class(OrchestratorWorkflow).versioning_behavior == Behavior.PINNED
-    assert _Definition.must_from_class(LessonsQueryWorkflow).versioning_behavior == Behavior.AUTO_UPGRADE
+    declared = {cls: _Definition.must_from_class(cls).versioning_behavior
+                for cls in (OrchestratorWorkflow, GitBatchWorkflow, LessonsQueryWorkflow)}
+    assert declared == {OrchestratorWorkflow: DeclaredBehavior.PINNED, GitBatchWorkflow: DeclaredBehavior.AUTO_UPGRADE,
+                        LessonsQueryWorkflow: DeclaredBehavior.AUTO_UPGRADE}
     async with make_worker():
         answer = await asyncio.wait_for(
             client.execute_workflow(LESSONS_QUERY_WORKFLOW, None, id=f"lessons-{uuid.uuid4().hex[:8]}",
