@@ -155,13 +155,13 @@ class TemplateCache:
 
         def render() -> None:
             try:
-                outcome: Rendered | BaseException = self.render_inline(template, context)
-            except _RenderTimedOut:
-                return
-            except Exception as err:  # handed to the awaiting task, raised there
-                outcome = err
-            try:
+                try:
+                    outcome: Rendered | BaseException = self.render_inline(template, context)
+                except Exception as err:  # handed to the awaiting task, raised there
+                    outcome = err
                 loop.call_soon_threadsafe(settle, outcome)
+            except _RenderTimedOut:  # stopped at the limit (possibly just as it finished)
+                pass
             except RuntimeError:  # the loop closed meanwhile: nobody waits
                 pass
 
