@@ -18,7 +18,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from common import emit, temporal_worker
+from common import emit, run, temporal_worker
 from temporalio.client import WorkflowFailureError
 from temporalio.worker import Worker
 
@@ -111,4 +111,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

@@ -13,7 +13,6 @@ pushes), which the baseline does not. Also: 1,000 no-op tasks (ms per task) and,
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import os
 import statistics
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 import sdk_baseline
-from common import emit, temporal_worker
+from common import emit, run, temporal_worker
 
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
@@ -132,4 +131,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

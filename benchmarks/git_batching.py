@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from common import emit, temporal_worker
+from common import emit, run, temporal_worker
 
 from taskfleet.clients.git_batcher import GitBatcherClient, op_payload
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
@@ -135,4 +135,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

@@ -4,14 +4,13 @@ restart) against the executor's full run, measured side by side. Prints JSON."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from common import emit
+from common import emit, run
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.support.executor import run_command
 
@@ -73,4 +72,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

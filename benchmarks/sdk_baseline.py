@@ -20,7 +20,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from common import emit
+from common import emit, run
 from temporalio import activity, workflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -140,4 +140,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)
