@@ -138,7 +138,7 @@ class TaskActivities:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
             scratch = self.scratch.take()
             try:
-                await self._execute(params, scratch, *self._write_prompt(params, log_path), log_path, result)
+                await self._execute(params, scratch, *await self._write_prompt(params, log_path), log_path, result)
             finally:
                 self.scratch.give_back(scratch)
                 result.seconds = time.monotonic() - started
@@ -177,7 +177,7 @@ class TaskActivities:
 
     async def _run(self, params: TaskInput, worktree: Worktree, log_path: Path, result: TaskResult) -> None:
         task = params.task
-        prompt_file, prompt = self._write_prompt(params, log_path)
+        prompt_file, prompt = await self._write_prompt(params, log_path)
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         key = cache_key(
             activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
@@ -279,15 +279,15 @@ class TaskActivities:
         result.status = TASK_SUCCEEDED
         return True
 
-    def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
+    async def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
-        prompt = self._prompt(params)
+        prompt = await self._prompt(params)
         prompt_file = log_path.parent / f"{log_path.stem}.prompt.md"
         prompt_file.parent.mkdir(parents=True, exist_ok=True)
         prompt_file.write_text(prompt)
         return prompt_file, prompt
 
-    def _prompt(self, params: TaskInput) -> str:
+    async def _prompt(self, params: TaskInput) -> str:
         task = params.task
         query = LessonQuery(task_type=task.task_type, activity_type=task.activity_type, limit=PROMPT_LESSONS)
         lessons = [asdict(m.lesson) for m in self.lessons.query(query)]
@@ -295,7 +295,7 @@ class TaskActivities:
         try:
             if task.template.endswith(TEMPLATE_SUFFIXES) and "{" not in task.template:
                 return self.templates.render(task.template, context).text
-            return self.templates.render_inline(task.template, context).text
+            return (await self.templates.render_with_limit(task.template, context)).text
         except TemplateRenderError as err:
             raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
 

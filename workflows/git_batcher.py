@@ -15,6 +15,7 @@ from typing import Any, Optional
 from taskfleet.workflows.activity_names import activity_name
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.common import VersioningBehavior
 from temporalio.converter import value_to_type
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -104,7 +105,12 @@ def _refs_touched(ops: list[GitOp]) -> int:
     return len({(op.target or "<default>") if op.op_type == "merge" else op.branch for op in ops})
 
 
-@workflow.defn(name=GIT_BATCH_WORKFLOW)
+# Worker Versioning: AUTO_UPGRADE. A clone's batcher never ends (it continues as new), so pinned it
+# would hold its first version forever and that version could never drain. Moving is safe: all
+# state that survives continue-as-new travels as data (the carried state dataclass), which the next
+# version reads; a move mid-run replays this run's history on the new code, so any new command is
+# guarded with `workflow.patched` (as the renamed activities are) and old histories still replay.
+@workflow.defn(name=GIT_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class GitBatchWorkflow:
     @workflow.init
     def __init__(self, config: Any, state: Any = None) -> None:

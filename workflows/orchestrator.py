@@ -14,6 +14,7 @@ from typing import Optional
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
@@ -85,7 +86,10 @@ def _summary(task: TaskSpec) -> str:
 # of the worker's event loop per task (1,000 no-op tasks: 5.6 -> 4.9 ms each). This module still
 # imports only workflow APIs and pure models, and tests/test_replay.py replays its histories
 # inside the sandbox, so a non-deterministic call here still fails CI.
-@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False)
+# Worker Versioning: PINNED. A board runs for hours, and its history was made by one version's
+# code: pinned, a running board stays on the version it started on (and finishes there) while new
+# boards start on the current version; the old version drains as its boards end.
+@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False, versioning_behavior=VersioningBehavior.PINNED)
 class OrchestratorWorkflow:
     @workflow.init
     def __init__(self, params: OrchestratorInput) -> None:
