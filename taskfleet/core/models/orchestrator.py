@@ -31,6 +31,15 @@ class TaskSpec:
     # false: a task that changes nothing (a check, a report) runs in a scratch folder, with no
     # worktree, commit or landing
     worktree: bool = True
+    # --- the built-in Claude implementer (issue 13; `implementer = "anthropic"` instead of `run`) ---
+    implementer: str = ""  # "" (the `run` command) or "anthropic"
+    model: str = ""  # "": env TASKFLEET_MODEL on the worker, else taskfleet's default model
+    max_tokens: int = 8192
+    context: list[str] = field(default_factory=list)  # repo-relative globs read from the base commit
+    max_attempts: int = 2  # model calls per task (the first, then fix rounds)
+    llm_batch: bool = True  # false: one direct `messages.create` per request
+    llm_batch_max_size: int = 100
+    llm_batch_max_age_seconds: float = 10.0
 
 
 @dataclass
@@ -56,6 +65,11 @@ class TaskOutcome:
     reason: str = ""
     cache_hit: bool = False
     log_path: str = ""
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0
 
 
 @dataclass
@@ -70,6 +84,12 @@ class OrchestratorStats:
     runs: int = 1
     largest_history_length: int = 0
     max_running: int = 0
+    llm_api_calls: int = 0  # batch creates + direct calls
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0  # estimated, batch discount applied
 
 
 @dataclass
@@ -83,6 +103,7 @@ class OrchestratorState:
     stats: OrchestratorStats = field(default_factory=OrchestratorStats)
     started_at: str = ""
     flush_sent: bool = False
+    llm_batch_ids: list[str] = field(default_factory=list)  # distinct Message Batches used
 
 
 @dataclass
@@ -136,6 +157,14 @@ class TaskResult:
     resumed: bool = False  # a retry found the task's commit already on its branch
     landing_op_id: str = ""
     prompt_hash: str = ""
+    # LLM tasks only: direct calls made, Message Batches used, requests sent, tokens, estimated cost
+    llm_direct_calls: int = 0
+    llm_batch_ids: list[str] = field(default_factory=list)
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0
 
 
 @dataclass
