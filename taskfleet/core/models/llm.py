@@ -74,6 +74,9 @@ class InFlightBatch:
     request_counts: dict = field(default_factory=dict)
     polls: int = 0
     next_poll_seconds: float = 1.0
+    next_poll_at: str = ""
+    created_at: str = ""
+    ended_at: str = ""
 
 
 @dataclass
@@ -165,7 +168,6 @@ class DeliverResultsOutput:
 @dataclass
 class LLMTaskInput:
     task_input: TaskInput
-    batch_config: LLMBatchConfig = field(default_factory=LLMBatchConfig)
 
 
 @dataclass
@@ -183,7 +185,6 @@ class SubmitInput:
     request: LLMRequest
     batch_workflow_id: str
     task_queue: str
-    config: LLMBatchConfig
 
 
 @dataclass
