@@ -80,3 +80,91 @@ async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue
     assert s.llm_input_tokens > 0 and s.llm_output_tokens > 0 and s.llm_cost_usd > 0
     assert status.stats.batches_created == 1 and status.stats.results_delivered == 3
     assert all(t.llm_requests == 1 for t in result.tasks)
+
+
+async def test_results_out_of_order_and_an_unknown_custom_id_is_dropped(client, make_worker, task_queue, git_remote,
+                                                                         standin):
+    standin.out_of_order = True
+    standin.extra_result_ids = ["stranger-never-submitted"]
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, llm_board(3, llm_batch_max_size=3))
+        status = await batcher_status(client, task_queue)
+    order = [r["custom_id"] for r in standin.requests]
+    assert_landed(result, git_remote)  # each task got its own edits although results came reversed
+    assert len(order) == 3 and status.stats.unknown_results == 1 and status.stats.results_delivered == 3
+
+
+async def test_one_errored_and_one_expired(client, make_worker, task_queue, git_remote, standin):
+    standin.script = {"L1": [{"result": "errored", "error": "prompt is too long: 250000 tokens > 200000"}],
+                      "L2": [{"result": "expired"}]}
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, llm_board(3, llm_batch_max_size=3, max_attempts=1))
+        status = await batcher_status(client, task_queue)
+    by_id = {t.id: t for t in result.tasks}
+    assert by_id["L1"].status == "failed" and "prompt is too long" in by_id["L1"].reason, by_id["L1"]
+    assert by_id["L2"].status == "succeeded" and by_id["L2"].landed  # resubmitted once, then answered
+    assert by_id["L3"].status == "succeeded" and by_id["L3"].landed
+    assert standin.batch_sizes() == [3, 1]  # the first flush, then the expired request alone
+    assert [r["task"] for r in standin.requests].count("L2") == 2
+    assert result.stats.llm_api_calls == 2 and status.stats.batches_created == 2
+
+
+async def test_a_slow_batch_is_polled_until_it_ends(client, make_worker, task_queue, git_remote, standin):
+    standin.batch_polls = 4
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, llm_board(2, llm_batch_max_size=2))
+        status = await batcher_status(client, task_queue)
+    assert_landed(result, git_remote)
+    assert standin.calls["batches.create"] == 1
+    assert status.stats.polls >= 5 and status.recent_batches[-1].polls >= 5, status.stats
+    assert status.recent_batches[-1].next_poll_seconds > 0.2  # the interval grew
+
+
+async def test_direct_mode_makes_one_call_per_request(client, make_worker, task_queue, git_remote, standin):
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, llm_board(3, llm_batch=False))
+    assert_landed(result, git_remote)
+    assert standin.calls["messages.create"] == 3 and standin.calls["batches.create"] == 0
+    assert result.stats.llm_api_calls == 3 and result.stats.llm_requests == 3
+
+
+async def test_a_fix_round_succeeds_and_the_failure_becomes_a_lesson(client, make_worker, task_queue, git_remote,
+                                                                      standin, settings):
+    wrong = [{"path": "llm/L1.txt", "old_text": "", "new_text": "not the id\n"}]
+    standin.script = {"L1": [{"edits": wrong, "summary": "first try"}]}
+    verify = 'grep -qx "$TASKFLEET_TASK_ID" llm/$TASKFLEET_TASK_ID.txt || { echo "llm/$TASKFLEET_TASK_ID.txt is wrong" >&2; exit 3; }'
+    text = llm_board(1, llm_batch=False).replace('verify = "test -f llm/$TASKFLEET_TASK_ID.txt"', f"verify = '{verify}'")
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, text)
+    assert_landed(result, git_remote)
+    assert result.tasks[0].llm_requests == 2
+    second = standin.requests[1]["params"]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    feedback = second[2]["content"][0]
+    assert feedback["type"] == "tool_result" and feedback["is_error"] is True
+    assert feedback["tool_use_id"] == second[1]["content"][1]["id"]
+    assert "exited with 3" in feedback["content"] and "llm/L1.txt is wrong" in feedback["content"]
+    lessons = Path(settings.lessons_path).read_text()
+    assert "verify_failed" in lessons and "L1" in lessons
+
+
+async def test_a_refused_edit_fails_the_attempt_with_its_reason(client, make_worker, task_queue, git_remote, standin):
+    standin.script = {"L1": [{"edits": [{"path": ".git/config", "old_text": "", "new_text": "x"}]}] * 2}
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, llm_board(1, llm_batch=False))
+    t = result.tasks[0]
+    assert t.status == "failed" and "attempt 2: edits refused" in t.reason and ".git" in t.reason, t
+    assert not t.landed and git_remote.remote_ref("task/L1") is None
+
+
+async def test_second_run_of_the_same_board_hits_the_cache(client, make_worker, task_queue, git_remote, standin):
+    text = llm_board(3, llm_batch_max_size=3)
+    async with make_worker():
+        first = await run(client, task_queue, git_remote, text)
+        assert_landed(first, git_remote)
+        calls = dict(standin.calls)
+        second = await run(client, task_queue, git_remote, text)
+    assert_landed(second, git_remote)
+    assert dict(standin.calls) == calls and standin.api_calls == 1  # no API call the second time
+    assert all(t.cache_hit for t in second.tasks) and second.stats.llm_api_calls == 0
+    assert second.stats.cache_hits == 3

@@ -64,7 +64,7 @@ class StandIn:
 
     def __post_init__(self) -> None:
         self.calls: Counter[str] = Counter()
-        self.requests: list[dict] = []  # every Messages request served: {"task", "custom_id", "via"}
+        self.requests: list[dict] = []  # every request served: {"task", "custom_id", "via", "params"}
         self._batches: dict[str, _Batch] = {}
         self._order: list[str] = []
         self._systems: set[str] = set()
@@ -124,7 +124,7 @@ class StandIn:
         with self._lock:
             queue = self.script.get(task_id)
             behavior = queue.pop(0) if queue else self.default(task_id, params)
-            self.requests.append({"task": task_id, "custom_id": custom_id, "via": via})
+            self.requests.append({"task": task_id, "custom_id": custom_id, "via": via, "params": params})
             system = json.dumps(params.get("system", ""), sort_keys=True)
             cached = system in self._systems
             self._systems.add(system)
