@@ -3,7 +3,6 @@ talking HTTP to the bundled stand-in (`ANTHROPIC_BASE_URL`), nothing monkeypatch
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,31 +11,19 @@ from temporalio.client import Client
 
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import parse_toml_board
-from taskfleet.core.llm_ids import llm_batch_workflow_id
+from taskfleet.core.llm_ids import llm_batch_workflow_id, llm_task_workflow_id
 from taskfleet.core.models.llm import LLMBatchStatus
 from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import QUERY_LLM_STATUS
 from taskfleet.llm_standin import StandIn
+from taskfleet.llm_standin.server import FAKE_API_KEY
 from tests.conftest import GitRemoteFixture, git
-
-FAST_POLLS = {"TASKFLEET_LLM_POLL_INITIAL_SECONDS": "0.2", "TASKFLEET_LLM_POLL_MAX_SECONDS": "0.5"}
-
+from tests.llm_support import payload_text, standin_env
 
 @pytest.fixture
 def standin() -> Iterator[StandIn]:
-    """The stand-in, and the worker environment pointing at it (restored afterwards)."""
-    server = StandIn().start()
-    saved = {k: os.environ.get(k) for k in [*server.env(), *FAST_POLLS]}
-    os.environ.update({**server.env(), **FAST_POLLS})
-    try:
+    with standin_env() as server:
         yield server
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        server.stop()
 
 
 def llm_board(n: int, **settings: object) -> str:
@@ -70,9 +57,19 @@ def assert_landed(result: OrchestratorResult, fx: GitRemoteFixture) -> None:
 
 async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue, git_remote, standin):
     async with make_worker():
-        result = await run(client, task_queue, git_remote, llm_board(3, llm_batch_max_size=3))
+        board = parse_toml_board(llm_board(3, llm_batch_max_size=3))
+        handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=1)
+        result = await handle.result()
         status = await batcher_status(client, task_queue)
+        histories = [await handle.fetch_history(),
+                     await client.get_workflow_handle(llm_batch_workflow_id(task_queue)).fetch_history(),
+                     await client.get_workflow_handle(llm_task_workflow_id(handle.id, "L1")).fetch_history()]
     assert_landed(result, git_remote)
+    texts = [payload_text(h) for h in histories]
+    assert "apply_edits" in texts[2] and "llm/L1.txt" in texts[2]  # the child holds the model's reply
+    for text in texts:  # the key stays in the worker's environment
+        assert FAKE_API_KEY not in text and "ANTHROPIC_API_KEY" not in text
     assert standin.calls["batches.create"] == 1 and standin.batch_sizes() == [3]
     assert standin.calls["messages.create"] == 0
     s = result.stats
