@@ -94,6 +94,16 @@ APPLY_EDITS_TOOL = {
         "required": ["edits", "summary"],
     },
 }
+SHARED_RULES = (
+    "You are an implementer working for taskfleet. You change files only through the apply_edits tool: "
+    "taskfleet applies your edits in a fresh worktree of the repository, runs the task's verify command, "
+    "and commits and lands the branch when it exits 0. Each edit replaces old_text, which must occur "
+    "exactly once in its file (copy it exactly, with enough surrounding lines to be unique), with "
+    "new_text; an empty old_text creates a new file. Paths are relative to the repository root; never "
+    "edit under .git. If a verify run fails, you get its output and may send corrected edits, which "
+    "apply to the original base again (not on top of your earlier edits). Make the smallest change "
+    "that does the task."
+)
 # A batch this much older than its flush cannot be the flush's (clocks of worker and API may differ).
 CLOCK_SKEW = timedelta(minutes=10)
 RETRYABLE_STATUS = {408, 409, 429}
@@ -172,7 +182,10 @@ class LLMActivities:
         request = {
             "model": task.model or self.llm.default_model,
             "max_tokens": task.max_tokens,
-            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            # Two cache breakpoints: the prefix every task shares (tool + taskfleet's rules) is read
+            # from the prompt cache across a batch; the task's own prompt, across its fix rounds.
+            "system": [{"type": "text", "text": SHARED_RULES, "cache_control": {"type": "ephemeral"}},
+                       {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": "user", "content": [{"type": "text", "text": "\n".join(user)}]}],
             "tools": [APPLY_EDITS_TOOL],
             "tool_choice": {"type": "tool", "name": TOOL_NAME},
@@ -197,10 +210,7 @@ class LLMActivities:
                 text = self.templates.render_inline(task.template, context).text
         except TemplateRenderError as err:
             raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
-        return text + (
-            f"\n\nYou change files only through the {TOOL_NAME} tool; taskfleet applies your edits, runs "
-            "the verify command, commits and lands the branch."
-        )
+        return text
 
     def _read_base(self, params: TaskInput) -> tuple[str, str, list[tuple[str, str]]]:
         """Base commit, its tree, and the `context` files read from it (bounded in total size)."""

@@ -125,12 +125,17 @@ class StandIn:
             queue = self.script.get(task_id)
             behavior = queue.pop(0) if queue else self.default(task_id, params)
             self.requests.append({"task": task_id, "custom_id": custom_id, "via": via, "params": params})
-            system = json.dumps(params.get("system", ""), sort_keys=True)
-            cached = system in self._systems
-            self._systems.add(system)
-        return behavior, self._message(params, behavior, cached, len(system) // 4)
+            system = params.get("system") or []
+            blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
+            # Prompt caching: the longest prefix ending at a cache_control block that was seen before.
+            prefixes = [json.dumps(blocks[: i + 1], sort_keys=True) for i, b in enumerate(blocks)
+                        if isinstance(b, dict) and b.get("cache_control")]
+            read = max((len(p) for p in prefixes if p in self._systems), default=0)
+            self._systems.update(prefixes)
+        total = len(json.dumps(blocks, sort_keys=True))
+        return behavior, self._message(params, behavior, read // 4, (total - read) // 4)
 
-    def _message(self, params: dict, behavior: Behavior, cached: bool, system_tokens: int) -> dict:
+    def _message(self, params: dict, behavior: Behavior, read_tokens: int, written_tokens: int) -> dict:
         edits = behavior.get("edits", [])
         tool_input = {"edits": edits, "summary": behavior.get("summary", "")}
         content: list[dict] = [{"type": "text", "text": "Applying the change."}]
@@ -143,10 +148,10 @@ class StandIn:
             "model": params.get("model", ""), "content": content,
             "stop_reason": "end_turn" if behavior.get("no_tool") else "tool_use", "stop_sequence": None,
             "usage": {
-                "input_tokens": max(total - system_tokens, 1),
+                "input_tokens": max(total - read_tokens - written_tokens, 1),
                 "output_tokens": len(json.dumps(tool_input)) // 4 + 10,
-                "cache_read_input_tokens": system_tokens if cached else 0,
-                "cache_creation_input_tokens": 0 if cached else system_tokens,
+                "cache_read_input_tokens": read_tokens,
+                "cache_creation_input_tokens": written_tokens,
             },
         }
 
