@@ -17,7 +17,7 @@ from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import QUERY_LLM_STATUS
 from taskfleet.llm_standin import StandIn
 from taskfleet.llm_standin.server import FAKE_API_KEY
-from tests.conftest import GitRemoteFixture, git
+from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import payload_text, standin_env
 
 @pytest.fixture
@@ -58,14 +58,18 @@ def assert_landed(result: OrchestratorResult, fx: GitRemoteFixture) -> None:
 async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue, git_remote, standin):
     async with make_worker():
         board = parse_toml_board(llm_board(3, llm_batch_max_size=3))
+        # The replay test names a history's workflow by its file name, and the children's ids derive
+        # from it: this run uses that name as its id (one per test session's fresh server).
         handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue,
-                                   git_max_batch_age_seconds=1)
+                                   git_max_batch_age_seconds=1, workflow_id="orchestrator_llm_three")
         result = await handle.result()
         status = await batcher_status(client, task_queue)
         histories = [await handle.fetch_history(),
                      await client.get_workflow_handle(llm_batch_workflow_id(task_queue)).fetch_history(),
                      await client.get_workflow_handle(llm_task_workflow_id(handle.id, "L1")).fetch_history()]
     assert_landed(result, git_remote)
+    for name, history in zip(("orchestrator_llm_three", "llm_batcher_three", "llm_task_batched"), histories):
+        save_history(name, history.to_json())
     texts = [payload_text(h) for h in histories]
     assert "apply_edits" in texts[2] and "llm/L1.txt" in texts[2]  # the child holds the model's reply
     for text in texts:  # the key stays in the worker's environment
@@ -132,7 +136,12 @@ async def test_a_fix_round_succeeds_and_the_failure_becomes_a_lesson(client, mak
     verify = 'grep -qx "$TASKFLEET_TASK_ID" llm/$TASKFLEET_TASK_ID.txt || { echo "llm/$TASKFLEET_TASK_ID.txt is wrong" >&2; exit 3; }'
     text = llm_board(1, llm_batch=False).replace('verify = "test -f llm/$TASKFLEET_TASK_ID.txt"', f"verify = '{verify}'")
     async with make_worker():
-        result = await run(client, task_queue, git_remote, text)
+        board = parse_toml_board(text)
+        handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=1)
+        result = await handle.result()
+        child = client.get_workflow_handle(llm_task_workflow_id(handle.id, "L1"))
+        save_history("llm_task_fix_round", (await child.fetch_history()).to_json())
     assert_landed(result, git_remote)
     assert result.tasks[0].llm_requests == 2
     second = standin.requests[1]["params"]["messages"]

@@ -168,7 +168,7 @@ class LLMTaskWorkflow:
         info = workflow.info()
         request = {**prepared.params, "messages": conversation}
         if not task.llm_batch:
-            custom_id = llm_custom_id(info.workflow_id, info.first_execution_run_id, task.id, attempt)
+            custom_id = llm_custom_id(info.first_execution_run_id, task.id, attempt)
             try:
                 return await workflow.execute_activity(
                     ACTIVITY_LLM_CALL_DIRECT, DirectCallInput(custom_id=custom_id, params=request),
@@ -178,7 +178,7 @@ class LLMTaskWorkflow:
             except ActivityError as err:
                 return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=root_cause_message(err))
         for resubmit in range(2):  # an expired request is resubmitted once
-            custom_id = llm_custom_id(info.workflow_id, info.first_execution_run_id, task.id, attempt, resubmit)
+            custom_id = llm_custom_id(info.first_execution_run_id, task.id, attempt, resubmit)
             submit = SubmitInput(
                 request=LLMRequest(custom_id=custom_id, params=request, reply_to=info.workflow_id,
                                    max_batch_size=task.llm_batch_max_size,

@@ -26,13 +26,14 @@ def llm_task_workflow_id(run_key: str, task_id: str) -> str:
     return f"{run_key}/llm/{task_id}"
 
 
-def llm_custom_id(child_id: str, first_run_id: str, task_id: str, attempt: int, resubmit: int = 0) -> str:
+def llm_custom_id(first_run_id: str, task_id: str, attempt: int, resubmit: int = 0) -> str:
     """Deterministic from run, task and attempt; matches `^[a-zA-Z0-9_-]{1,64}$`.
 
-    The child's first run id goes into the hash, so a re-run with the same workflow id never
-    repeats an earlier run's custom ids (the batcher would ignore them as duplicates).
+    `first_run_id` is the task workflow's first run id (unique to this run of this task), so a re-run
+    with the same workflow id never repeats an earlier run's custom ids (the batcher would ignore
+    them as duplicates), and a replay under another workflow id computes the same ids.
     """
-    digest = hashlib.sha256(f"{child_id}\0{first_run_id}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"{first_run_id}\0{task_id}".encode()).hexdigest()[:16]
     head = re.sub(r"[^a-zA-Z0-9_-]", "_", task_id)[:32]
     tail = f"-a{attempt}" + (f"r{resubmit}" if resubmit else "")
     return f"{head}-{digest}{tail}"
