@@ -1,7 +1,8 @@
 """Claude requests batched vs direct: 3, 30 and 300 LLM tasks on the offline stand-in (no processing
 delay, so the wall time is all taskfleet's own: workflows, activities, worktrees, verification,
-commits, landing). Reports API calls each way and wall time per request (tasks run up to 100 at a
-time, so this is amortized overhead, not one request's latency). Prints JSON. `--quick`: 3 and 30.
+commits, landing). Reports API calls each way and wall time per request (tasks run all at once, so this is amortized overhead, not one request's latency). Batches hold at most 100 requests
+(the default `llm_batch_max_size`), and `max_parallel` = N so every task is queued at once: a task
+waiting for its batch holds an orchestrator slot but no worker. Prints JSON. `--quick`: 3 and 30.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ async def run_case(client, standin: StandIn, repo: Path, n: int, batched: bool) 
     before = dict(standin.calls)
     tasks = [TaskSpec(id=f"q{i}", scope=f"write llm/q{i}.txt", implementer="anthropic",
                       verify="test -f llm/$TASKFLEET_TASK_ID.txt", refresh=True, llm_batch=batched,
-                      llm_batch_max_size=n, llm_batch_max_age_seconds=5, timeout_seconds=600)
+                      llm_batch_max_size=min(n, 100), llm_batch_max_age_seconds=5, timeout_seconds=600)
              for i in range(n)]
     started = time.perf_counter()
-    handle = await start_board(client, Board(tasks=tasks, name=f"bench-llm-{n}", max_parallel=min(n, 100)),
+    handle = await start_board(client, Board(tasks=tasks, name=f"bench-llm-{n}", max_parallel=n),
                                str(repo), task_queue=TASK_QUEUE, git_max_batch_size=100,
                                git_max_batch_age_seconds=2)
     result = await handle.result()
