@@ -1,7 +1,8 @@
 """Claude requests batched vs direct: 3, 30 and 300 LLM tasks on the offline stand-in (no processing
 delay, so the wall time is all taskfleet's own: workflows, activities, worktrees, verification,
-commits, landing). Reports API calls each way and wall time per request (tasks run all at once, so this is amortized overhead, not one request's latency). Batches hold at most 100 requests
-(the default `llm_batch_max_size`), and `max_parallel` = N so every task is queued at once: a task
+commits, landing). Reports API calls each way and wall time per request (tasks run all at once, so
+this is amortized overhead, not one request's latency). Batches hold at most 100 requests (the
+default `llm_batch_max_size`), and `max_parallel` = N so every task is queued at once: a task
 waiting for its batch holds an orchestrator slot but no worker. Prints JSON. `--quick`: 3 and 30.
 """
 

@@ -3,6 +3,7 @@ talking HTTP to the bundled stand-in (`ANTHROPIC_BASE_URL`), nothing monkeypatch
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,3 +175,35 @@ async def test_second_run_of_the_same_board_hits_the_cache(client, make_worker, 
     assert dict(standin.calls) == calls and standin.api_calls == 1  # no API call the second time
     assert all(t.cache_hit for t in second.tasks) and second.stats.llm_api_calls == 0
     assert second.stats.cache_hits == 3
+
+
+
+def with_context(text: str, globs: str) -> str:
+    """The board with `context` on its first task only."""
+    return text.replace("[[tasks]]", f"[[tasks]]\ncontext = {globs}", 1)
+
+
+async def test_context_files_from_the_base_commit_go_into_the_request(client, make_worker, task_queue, git_remote,
+                                                                       standin):
+    git_remote.change(git_remote.clone, "notes.txt", "context line one\n")
+    git(git_remote.clone, "add", "notes.txt")
+    git(git_remote.clone, "commit", "-qm", "notes")
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, with_context(llm_board(1, llm_batch=False), '["*.txt"]'))
+    assert_landed(result, git_remote)
+    user = standin.requests[0]["params"]["messages"][0]["content"][0]["text"]
+    assert '<file path="notes.txt">\ncontext line one\n' in user
+
+
+async def test_context_over_the_size_cap_is_refused_naming_the_largest(client, make_worker, task_queue, git_remote,
+                                                                        standin):
+    os.environ["TASKFLEET_LLM_CONTEXT_MAX_BYTES"] = "10"
+    try:
+        async with make_worker():  # the worker reads its settings when it is built
+            result = await run(client, task_queue, git_remote, with_context(llm_board(2, llm_batch=False), '["*"]'))
+    finally:
+        del os.environ["TASKFLEET_LLM_CONTEXT_MAX_BYTES"]
+    by_id = {t.id: t for t in result.tasks}
+    assert by_id["L1"].status == "failed" and "over the cap of 10" in by_id["L1"].reason, by_id["L1"]
+    assert "largest:" in by_id["L1"].reason and "bytes)" in by_id["L1"].reason
+    assert by_id["L2"].landed and [r["task"] for r in standin.requests] == ["L2"]  # L1 never reached the API
