@@ -56,6 +56,7 @@ RECENT_IDS = 5_000
 FLUSH_BYTES = 1_500_000
 # Continue-as-new carries pending requests only below this (else they are flushed first).
 CARRY_BYTES = 1_000_000
+MAX_STEP_FAILURES = 5
 API_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                         maximum_interval=timedelta(seconds=60), maximum_attempts=8,
                         non_retryable_error_types=["AnthropicNotConfigured"])
@@ -211,7 +212,7 @@ class LLMBatchWorkflow:
 
     async def _tell_failed(self, batch: InFlightBatch, error: str) -> None:
         for custom_id, listener in zip(batch.custom_ids, batch.reply_to):
-            reply = LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=error[:500], batch_id="")
+            reply = LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=error[:500], batch_id=batch.batch_id)
             try:
                 await workflow.get_external_workflow_handle(listener).signal(SIGNAL_LLM_REPLY, reply)
             except Exception as err:  # noqa: BLE001 - a vanished task is not our failure
@@ -229,9 +230,9 @@ class LLMBatchWorkflow:
                 summary=f"messages.batches.retrieve {batch.batch_id}",
             )
         except ActivityError as err:
-            workflow.logger.warning("polling %s failed: %s", batch.batch_id, root_cause_message(err))
-            self._schedule_poll(batch)
+            await self._failed_step(batch, f"polling {batch.batch_id} failed: {root_cause_message(err)}")
             return
+        batch.failures = 0
         batch.processing_status, batch.request_counts = polled.processing_status, polled.request_counts
         if polled.processing_status != "ended":
             self._schedule_poll(batch)
@@ -248,8 +249,7 @@ class LLMBatchWorkflow:
                 summary=f"results of {batch.batch_id}: {len(batch.custom_ids)} request(s)",
             )
         except ActivityError as err:
-            workflow.logger.warning("reading results of %s failed: %s", batch.batch_id, root_cause_message(err))
-            self._schedule_poll(batch)
+            await self._failed_step(batch, f"reading results of {batch.batch_id} failed: {root_cause_message(err)}")
             return
         self.s.stats.results_delivered += delivered.delivered
         self.s.stats.unknown_results += len(delivered.unknown)
@@ -258,6 +258,17 @@ class LLMBatchWorkflow:
                                     ", ".join(delivered.unknown[:10]))
         batch.ended_at = workflow.now().isoformat()
         self._drop(batch, "")
+
+    async def _failed_step(self, batch: InFlightBatch, error: str) -> None:
+        """Each step already retried; after a few such failures in a row, give the batch up and let
+        its tasks know (their next attempt, if any, is a new request)."""
+        batch.failures += 1
+        workflow.logger.warning("%s (%d in a row)", error, batch.failures)
+        if batch.failures < MAX_STEP_FAILURES:
+            self._schedule_poll(batch)
+            return
+        self._drop(batch, error)
+        await self._tell_failed(batch, error)
 
     def _schedule_poll(self, batch: InFlightBatch) -> None:
         batch.next_poll_seconds = min(batch.next_poll_seconds * 2, self.config.poll_max_seconds)

@@ -53,6 +53,7 @@ API = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timede
 # A batch ends within 24 h (then its requests expire); past this, taskfleet stops waiting.
 REPLY_TIMEOUT = timedelta(hours=26)
 TOOL_RESULT_TAIL = 3000
+MAX_REPLIES = 1000  # replies kept (a task expects a handful; anything beyond is noise)
 # Verification heartbeats every second; a worker that vanishes is noticed within this.
 APPLY_HEARTBEAT = timedelta(seconds=60)
 
@@ -88,7 +89,8 @@ class LLMTaskWorkflow:
             else:
                 workflow.logger.warning("ignored a malformed llm_reply (%d argument(s))", len(args))
                 return
-            self._replies.setdefault(reply.custom_id, reply)
+            if len(self._replies) < MAX_REPLIES:
+                self._replies.setdefault(reply.custom_id, reply)
         except Exception as err:  # noqa: BLE001 - a bad message must never fail the workflow task
             workflow.logger.warning("ignored a malformed llm_reply: %s", type(err).__name__)
 

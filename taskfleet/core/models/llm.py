@@ -77,6 +77,7 @@ class InFlightBatch:
     next_poll_at: str = ""
     created_at: str = ""
     ended_at: str = ""
+    failures: int = 0  # polls or result reads in a row that failed for good
 
 
 @dataclass
