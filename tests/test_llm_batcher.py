@@ -127,3 +127,20 @@ async def test_worker_killed_after_the_batch_create_still_one_create(client: Cli
     assert standin.calls["batches.create"] == 1 and standin.calls["batches.list"] >= 1
     assert status.stats.batches_created == 1 and status.stats.batches_recovered == 1
     assert standin.env()["ANTHROPIC_API_KEY"] not in first.output() + second.output()  # never logged
+
+
+async def test_an_idle_batcher_flushes_a_request_at_its_age(client: Client, make_worker, task_queue, standin):
+    """Idle, the batcher waits with no timer; a request must still go out at its age, with no other
+    message to wake it."""
+    handle = await client.start_workflow(LLM_BATCH_WORKFLOW, {"poll_initial_seconds": 0.1},
+                                         id=f"llm-batch-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+    async with make_worker():
+        await status_of(handle)  # running and idle
+        await handle.signal(SIGNAL_LLM_SUBMIT, request("aged-1", max_batch_age_seconds=0.5))
+
+        async def delivered() -> None:
+            assert (await status_of(handle)).stats.results_delivered == 1
+
+        await eventually(delivered, timeout=30)
+    assert standin.batch_sizes() == [1]
+    await handle.terminate()

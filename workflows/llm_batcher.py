@@ -90,6 +90,8 @@ class LLMBatchWorkflow:
         self.s = state if isinstance(state, LLMBatchState) else LLMBatchState()
         self._seen = set(self.s.recent_ids)
         self._creating = ""
+        self._wake = False
+        self._wait_until: Optional[datetime] = None
 
     # --- run loop --------------------------------------------------------------------------------
 
@@ -99,10 +101,15 @@ class LLMBatchWorkflow:
                              len(self.s.in_flight))
         self._refresh_details()
         while True:
+            # The timeout is fixed when the wait starts: a new request may bring an earlier deadline,
+            # so `submit` sets `_wake` and the wait is recomputed.
+            self._wake = False
+            timeout = self._until_next()
+            self._wait_until = workflow.now() + timeout if timeout is not None else None
             try:
                 await workflow.wait_condition(
-                    lambda: self._flush_due() or self._poll_due() or self._should_continue_as_new(),
-                    timeout=self._until_next(),
+                    lambda: self._wake or self._flush_due() or self._poll_due() or self._should_continue_as_new(),
+                    timeout=timeout,
                 )
             except asyncio.TimeoutError:
                 pass
@@ -306,6 +313,9 @@ class LLMBatchWorkflow:
             request.enqueued_at = workflow.now().isoformat()
             self.s.pending.append(request)
             self.s.stats.submitted += 1
+            due = workflow.now() + timedelta(seconds=request.max_batch_age_seconds)
+            if self._wait_until is None or due < self._wait_until:
+                self._wake = True  # this request is due before the running wait would end
             self._refresh_details()
         except Exception as err:  # noqa: BLE001 - an escaping exception would wedge the workflow
             self._reject(args, f"unreadable request ({type(err).__name__})")
@@ -314,6 +324,7 @@ class LLMBatchWorkflow:
     def flush(self, *args: Any) -> None:
         """Send what is queued now rather than at its age."""
         self.s.flush_requested = True
+        self._wake = True
 
     def _reject(self, raw: Any, reason: str) -> None:
         try:
