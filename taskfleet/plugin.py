@@ -23,18 +23,23 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.lessons import LessonsActivities
+from taskfleet.activities.llm import LLMActivities
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.task_runner import TaskActivities
+from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
+from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
+from taskfleet.workflows.llm_task import LLMTaskWorkflow
 from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 
 log = logging.getLogger("taskfleet.plugin")
 
-WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow]
+WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
+                         LLMTaskWorkflow]
 
 # Modules a user's sandboxed workflow may import (directly, or through `from taskfleet import
 # TaskfleetPlugin` at the top of its module) without the sandbox re-importing them: GitPython runs
@@ -57,6 +62,7 @@ class WorkerServices:
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
+        self.llm = LLMActivities(settings, LLMSettings(), self.lessons, self.templates, self.result_cache, self.tasks)
         self.started = False
 
     def activities(self) -> list[Callable]:
@@ -67,6 +73,7 @@ class WorkerServices:
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
             self.tasks.claim_branches,
+            *self.llm.activities(),
         ]
 
     async def start(self) -> None:

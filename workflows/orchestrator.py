@@ -15,7 +15,7 @@ from typing import Optional
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.common import VersioningBehavior
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from taskfleet.workflows.activity_names import activity_name
+from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_llm_usage, run_llm_task
 
 TASK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -216,30 +217,34 @@ class OrchestratorWorkflow:
         outcome = self.s.outcomes[task.id]
         self._set_status(outcome, TASK_RUNNING)
         try:
-            result: TaskResult = await workflow.execute_activity(
-                activity_name(ACTIVITY_RUN_TASK),
-                TaskInput(
-                    task=task,
-                    repo=self.params.repo,
-                    remote=self.params.remote,
-                    base=self.params.board.base,
-                    land=self.params.board.land,
-                    run_key=self.s.run_key,
-                    reply_to=workflow.info().workflow_id,
-                    git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
-                    git_max_batch_size=self.params.git_max_batch_size,
-                    git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
-                ),
-                result_type=TaskResult,
-                start_to_close_timeout=timedelta(seconds=2 * task.timeout_seconds + 120),
-                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
-                retry_policy=TASK_RETRY,
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=_summary(task),
+            task_input = TaskInput(
+                task=task,
+                repo=self.params.repo,
+                remote=self.params.remote,
+                base=self.params.board.base,
+                land=self.params.board.land,
+                run_key=self.s.run_key,
+                reply_to=workflow.info().workflow_id,
+                git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
+                git_max_batch_size=self.params.git_max_batch_size,
+                git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
             )
+            if task.implementer == ANTHROPIC:  # the built-in Claude implementer runs as a child workflow
+                result = await run_llm_task(task_input, _summary(task))
+            else:
+                result = await workflow.execute_activity(
+                    activity_name(ACTIVITY_RUN_TASK),
+                    task_input,
+                    result_type=TaskResult,
+                    start_to_close_timeout=timedelta(seconds=2 * task.timeout_seconds + 120),
+                    heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
+                    retry_policy=TASK_RETRY,
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=_summary(task),
+                )
         except asyncio.CancelledError:
             self._set_status(outcome, TASK_CANCELLED, "cancelled")
-        except ActivityError as err:
+        except (ActivityError, ChildWorkflowError) as err:
             if isinstance(err.cause, CancelledError):
                 self._set_status(outcome, TASK_CANCELLED, "cancelled")
             else:
@@ -254,6 +259,7 @@ class OrchestratorWorkflow:
             stats.work_seconds += (result.exec_seconds or 0.0) + (result.verify_seconds or 0.0)
             stats.setup_seconds += result.setup_seconds
             stats.wait_seconds += result.wait_seconds
+            add_llm_usage(self.s, outcome, result)
             if result.status == TASK_SUCCEEDED:
                 self.s.stats.cache_hits += int(result.cache_hit)
                 self.s.stats.cache_misses += int(not result.cache_hit and not result.resumed)

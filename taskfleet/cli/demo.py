@@ -92,6 +92,18 @@ async def _end_idle_batcher(client: Client, clone: Path) -> None:
 
 
 async def demo(args: argparse.Namespace) -> int:
+    if not getattr(args, "llm", False):
+        args.board = args.board or str(EXAMPLES / "demo-board.toml")
+        return await _demo(args)
+    from taskfleet.cli.demo_llm import llm_backend
+
+    args.board = args.board or str(EXAMPLES / "llm-board.toml")
+    with llm_backend(EXAMPLES / "llm-board.answers.toml") as notice:
+        print(notice, flush=True)
+        return await _demo(args)
+
+
+async def _demo(args: argparse.Namespace) -> int:
     config = load_connect_config(args.address or "localhost:7233", args.namespace)
     state_dir = Path(args.state_dir).resolve()
     try:
@@ -145,7 +157,9 @@ async def demo(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the example board on the embedded dev server")
-    p.add_argument("--board", default=str(EXAMPLES / "demo-board.toml"))
+    p.add_argument("--board", help="default: examples/demo-board.toml (--llm: examples/llm-board.toml)")
+    p.add_argument("--llm", action="store_true", help="the Claude board: the real API if ANTHROPIC_API_KEY is "
+                   "set, else the bundled offline stand-in")
     p.add_argument("--state-dir", default=".taskfleet", help="dev server database, demo repo, logs")
     p.add_argument("--no-wait", action="store_true", help="exit after the summary even in a terminal")
     p.set_defaults(func=demo)

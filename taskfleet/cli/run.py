@@ -66,6 +66,11 @@ def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
         f"pushes {s.pushes} (saved {s.network_savings}), cache hits {s.cache_hits}, "
         f"history runs {s.runs} (largest {s.largest_history_length} events)"
     )
+    if s.llm_requests:
+        lines.append(
+            f"Claude: {s.llm_requests} request(s) in {s.llm_api_calls} API call(s), tokens in {s.llm_input_tokens} "
+            f"(cache read {s.llm_cache_read_tokens}) out {s.llm_output_tokens}, est. ${s.llm_cost_usd:.4f}"
+        )
     return "\n".join(lines)
 
 
@@ -139,7 +144,8 @@ async def watch(
 
 
 def _board_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out = {"run": args.run, "verify": args.verify, "base": args.base, "land": args.land}
+    out = {"run": args.run, "verify": args.verify, "base": args.base, "land": args.land,
+           "implementer": getattr(args, "implementer", None), "model": getattr(args, "model", None)}
     if args.max_parallel:
         out["max_parallel"] = args.max_parallel
     return out
@@ -278,6 +284,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--verify", help="verification command for a markdown board")
     run.add_argument("--base", help="base branch (markdown board; default main)")
     run.add_argument("--land", choices=["push", "merge"], help="push task branches, or merge them into base")
+    run.add_argument("--implementer", choices=["anthropic"], help="markdown board: Claude makes each change")
+    run.add_argument("--model", help="Claude model id for implementer anthropic (default: TASKFLEET_MODEL)")
     run.add_argument("--id", help="workflow id (default taskfleet-run-<board>-<random>)")
     run.add_argument("--json", action="store_true", help="print the result object")
     run.add_argument("--no-check", action="store_true",

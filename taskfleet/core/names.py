@@ -11,6 +11,8 @@ DEFAULT_TASK_QUEUE = "taskfleet"
 GIT_BATCH_WORKFLOW = "GitBatchWorkflow"
 ORCHESTRATOR_WORKFLOW = "OrchestratorWorkflow"
 LESSONS_QUERY_WORKFLOW = "LessonsQueryWorkflow"
+LLM_BATCH_WORKFLOW = "LLMBatchWorkflow"
+LLM_TASK_WORKFLOW = "LLMTaskWorkflow"
 
 # --- GitBatchWorkflow messages ------------------------------------------------------------------
 SIGNAL_ENQUEUE = "enqueue"
@@ -27,6 +29,12 @@ CONTINUING_AS_NEW = "ContinuingAsNew"
 SIGNAL_GIT_OPS_LANDED = "git_ops_landed"
 QUERY_PROGRESS = "progress"
 
+# --- LLMBatchWorkflow / LLMTaskWorkflow messages ------------------------------------------------
+SIGNAL_LLM_SUBMIT = "submit"  # to LLMBatchWorkflow: one request to send in the next batch
+SIGNAL_LLM_FLUSH = "flush"
+SIGNAL_LLM_REPLY = "llm_reply"  # to the LLMTaskWorkflow that submitted: its result
+QUERY_LLM_STATUS = "status"
+
 # --- activities (internal; prefixed so they cannot collide) -------------------------------------
 ACTIVITY_RUN_TASK = "taskfleet_run_task"
 ACTIVITY_PUSH_BATCH = "taskfleet_push_batch"
@@ -34,6 +42,14 @@ ACTIVITY_QUERY_LESSONS = "taskfleet_query_lessons"
 ACTIVITY_RECORD_LESSON = "taskfleet_record_lesson"
 ACTIVITY_LESSONS_STATS = "taskfleet_lessons_stats"
 ACTIVITY_CLAIM_BRANCHES = "taskfleet_claim_branches"
+ACTIVITY_LLM_PREPARE = "taskfleet_llm_prepare"
+ACTIVITY_LLM_SUBMIT = "taskfleet_llm_submit"
+ACTIVITY_LLM_CALL_DIRECT = "taskfleet_llm_call_direct"
+ACTIVITY_LLM_CREATE_BATCH = "taskfleet_llm_create_batch"
+ACTIVITY_LLM_POLL_BATCH = "taskfleet_llm_poll_batch"
+ACTIVITY_LLM_DELIVER_RESULTS = "taskfleet_llm_deliver_results"
+ACTIVITY_LLM_APPLY = "taskfleet_llm_apply"
+ACTIVITY_LLM_RECORD_FAILURE = "taskfleet_llm_record_failure"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).

@@ -31,6 +31,15 @@ class TaskSpec:
     # false: a task that changes nothing (a check, a report) runs in a scratch folder, with no
     # worktree, commit or landing
     worktree: bool = True
+    # --- the built-in Claude implementer (issue 13; `implementer = "anthropic"` instead of `run`) ---
+    implementer: str = ""  # "" (the `run` command) or "anthropic"
+    model: str = ""  # "": env TASKFLEET_MODEL on the worker, else taskfleet's default model
+    max_tokens: int = 8192
+    context: list[str] = field(default_factory=list)  # repo-relative globs read from the base commit
+    max_attempts: int = 2  # model calls per task (the first, then fix rounds)
+    llm_batch: bool = True  # false: one direct `messages.create` per request
+    llm_batch_max_size: int = 100
+    llm_batch_max_age_seconds: float = 10.0
 
 
 @dataclass
@@ -56,6 +65,11 @@ class TaskOutcome:
     reason: str = ""
     cache_hit: bool = False
     log_path: str = ""
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0
 
 
 @dataclass
@@ -77,6 +91,12 @@ class OrchestratorStats:
     wait_seconds: float = 0.0  # scheduled -> started on a worker, summed over tasks
     landing_seconds: float = 0.0  # task finished -> its landing reported, summed over landed tasks
     overhead_seconds_per_task: float = 0.0  # (task time beyond work + waiting + landing) / tasks
+    llm_api_calls: int = 0  # batch creates + direct calls
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0  # estimated, batch discount applied
 
 
 @dataclass
@@ -95,6 +115,7 @@ class OrchestratorState:
     # landing op id -> when run_task returned (workflow time, seconds since the epoch)
     landing_sent_at: dict[str, float] = field(default_factory=dict)
     run_key: str = ""  # set once by the first run: `<workflow id>@<first run id>`
+    llm_batch_ids: list[str] = field(default_factory=list)  # distinct Message Batches used
 
 
 @dataclass
@@ -150,6 +171,15 @@ class TaskResult:
     prompt_hash: str = ""
     setup_seconds: float = 0.0  # worktree ready (resolve, take a pool slot, reset it to the base)
     wait_seconds: float = 0.0  # this attempt: scheduled -> started on a worker
+
+    # LLM tasks only: direct calls made, Message Batches used, requests sent, tokens, estimated cost
+    llm_direct_calls: int = 0
+    llm_batch_ids: list[str] = field(default_factory=list)
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0
 
 
 @dataclass
