@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/templates.py
 	$(PY) benchmarks/result_cache.py
 	$(PY) benchmarks/cancel.py
+	$(PY) benchmarks/llm_batching.py
 
 # Every benchmark at small sizes (seconds each); `make test` runs them too (tests/test_benchmarks.py).
 bench-quick: $(STAMP)
@@ -37,6 +38,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/dispatch.py --quick
 	$(PY) benchmarks/git_batching.py --quick
 	$(PY) benchmarks/lessons.py --quick
+	$(PY) benchmarks/llm_batching.py --quick
 	$(PY) benchmarks/result_cache.py --quick
 	$(PY) benchmarks/sdk_baseline.py --quick
 	$(PY) benchmarks/templates.py --quick
