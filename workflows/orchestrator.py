@@ -411,7 +411,7 @@ class OrchestratorWorkflow:
         return OrchestratorProgress(
             counts=self._counts(),
             running=list(self._running),
-            tasks=[TaskProgress(t.id, t.status, t.landed) for t in self.s.outcomes.values()],
+            tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in self.s.outcomes.values()],
             pushes=len(self.s.landed_batches),
         )
 

@@ -81,7 +81,7 @@ def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
         counts[t.status] = counts.get(t.status, 0) + 1
         counts["landed"] += t.landed
     return OrchestratorProgress(
-        counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed) for t in result.tasks],
+        counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in result.tasks],
         pushes=result.stats.pushes,
     )
 
