@@ -31,6 +31,8 @@ ACTIVITY_PUSH_BATCH = "taskfleet_push_batch"
 ACTIVITY_QUERY_LESSONS = "taskfleet_query_lessons"
 ACTIVITY_RECORD_LESSON = "taskfleet_record_lesson"
 ACTIVITY_LESSONS_STATS = "taskfleet_lessons_stats"
+ACTIVITY_LOAD_BOARD_PAGE = "taskfleet_load_board_page"
+ACTIVITY_RECORD_OUTCOMES = "taskfleet_record_outcomes"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).

@@ -1,0 +1,45 @@
+"""Activities of boards by reference: load a page of a stored board, record a batch of outcomes.
+
+The orchestrator never holds a whole board or every outcome: it asks for the next page as its
+window needs tasks, and hands finished tasks' outcomes to the run store in batches. Both read and
+write the clone (`taskfleet.core.board_store`, `taskfleet.core.run_store`), which every worker of
+the board shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from taskfleet.core.board_store import BoardStoreError, read_page
+from taskfleet.core.models.board_store import BoardPage, BoardPageRequest, OutcomeBatch, RecordedBatch
+from taskfleet.core.names import ACTIVITY_LOAD_BOARD_PAGE, ACTIVITY_RECORD_OUTCOMES
+from taskfleet.core.run_store import RunStoreError, append_outcomes
+
+
+class BoardStoreActivities:
+    @activity.defn(name=ACTIVITY_LOAD_BOARD_PAGE)
+    async def load_board_page(self, request: BoardPageRequest) -> BoardPage:
+        """Rows from `request.start`, each validated alone: a bad row comes back refused, with its line."""
+        if request.start < 0 or request.max_tasks < 1 or request.max_bytes < 1:
+            raise ApplicationError(f"bad page request {request.start}+{request.max_tasks}", type="BoardStoreError",
+                                   non_retryable=True)
+        try:
+            return await asyncio.to_thread(read_page, request)
+        except BoardStoreError as err:
+            # A board that is not there will not appear on a retry.
+            raise ApplicationError(str(err), type="BoardStoreError", non_retryable=True) from None
+
+    @activity.defn(name=ACTIVITY_RECORD_OUTCOMES)
+    async def record_outcomes(self, batch: OutcomeBatch) -> RecordedBatch:
+        """Append the batch to the run's store; a retried batch (same id) is recorded once."""
+        try:
+            commit, count, already = await asyncio.to_thread(
+                append_outcomes, batch.repo, batch.run_ref, batch.batch_id, [asdict(o) for o in batch.outcomes]
+            )
+        except RunStoreError as err:
+            raise ApplicationError(str(err), type="RunStoreError") from None  # retried: a lock may clear
+        return RecordedBatch(commit=commit, recorded=count, already_recorded=already)

@@ -1,0 +1,76 @@
+"""Wire types of boards by reference and the run store: a stored board's reference, its pages, and
+batches of outcomes on their way to the run store.
+
+Each is bounded by construction: a page carries at most `max_bytes` of tasks, a batch at most what
+the orchestrator puts in it, so no payload in a run's history grows with the board.
+"""
+
+# No `from __future__ import annotations`: the data converter resolves these hints on every payload.
+from dataclasses import dataclass, field
+
+from taskfleet.core.models.orchestrator import TaskOutcome, TaskSpec
+
+PAGE_MAX_TASKS = 500
+PAGE_MAX_BYTES = 128 * 1024  # of task specs in one page: half the 256 KB every payload stays under
+TASK_MAX_BYTES = 32 * 1024  # one task's spec as JSON; a bigger one fails alone, with its size
+REASON_MAX_CHARS = 300
+
+
+@dataclass
+class BoardReference:
+    """A board stored in the clone (`taskfleet.core.board_store`): the id of its tree, and counts."""
+
+    board_id: str
+    tasks: int  # rows on the board, done ones and unreadable ones included
+    open_tasks: int = 0  # rows not marked done: what the run dispatches (or fails, if unreadable)
+    name: str = "board"
+    format: str = "toml"
+    source: str = ""  # the file it was read from, for people
+
+
+@dataclass
+class BoardPageRequest:
+    """Rows `start` onwards, at most `max_tasks` of them and `max_bytes` of specs."""
+
+    repo: str
+    board_id: str
+    start: int
+    max_tasks: int = PAGE_MAX_TASKS
+    max_bytes: int = PAGE_MAX_BYTES
+
+
+@dataclass
+class RefusedTask:
+    """A row that cannot run as written: it fails alone; the reason names its line."""
+
+    index: int  # 0-based row index on the board
+    id: str
+    line: int
+    reason: str
+
+
+@dataclass
+class BoardPage:
+    start: int
+    next: int  # the row after the last one this page covers; == total at the end of the board
+    total: int
+    tasks: list[TaskSpec] = field(default_factory=list)  # open tasks, ready to run
+    refused: list[RefusedTask] = field(default_factory=list)
+    done: int = 0  # rows marked done (`[x]`) in the range: counted, never dispatched
+
+
+@dataclass
+class OutcomeBatch:
+    """Outcomes to append to a run's store; `batch_id` makes a retried append a no-op."""
+
+    repo: str
+    run_ref: str
+    batch_id: str
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+
+
+@dataclass
+class RecordedBatch:
+    commit: str
+    recorded: int
+    already_recorded: bool = False  # a retry found the batch stored by an earlier attempt
