@@ -33,6 +33,7 @@ ACTIVITY_RECORD_LESSON = "taskfleet_record_lesson"
 ACTIVITY_LESSONS_STATS = "taskfleet_lessons_stats"
 ACTIVITY_LOAD_BOARD_PAGE = "taskfleet_load_board_page"
 ACTIVITY_RECORD_OUTCOMES = "taskfleet_record_outcomes"
+ACTIVITY_RUN_TASK_GROUP = "taskfleet_run_task_group"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).
