@@ -89,13 +89,13 @@ def payloads_sizes(message: Message) -> Iterable[int]:
     for descriptor, value in message.ListFields():
         if descriptor.message_type is None:
             continue
-        if descriptor.label == descriptor.LABEL_REPEATED:
-            items = value.values() if descriptor.message_type.GetOptions().map_entry else value
-            for item in items:
-                if isinstance(item, Message):
-                    yield from payloads_sizes(item)
-        else:
+        if isinstance(value, Message):
             yield from payloads_sizes(value)
+            continue
+        # a repeated field, or a map (whose values may be messages)
+        for item in value.values() if hasattr(value, "values") else value:
+            if isinstance(item, Message):
+                yield from payloads_sizes(item)
 
 
 def measure_events(run_id: str, events: Iterable[HistoryEvent]) -> RunHistory:
