@@ -1,4 +1,5 @@
-"""Activities of boards by reference: load a page of a stored board, record a batch of outcomes.
+"""Activities of boards by reference: store an inline board, load a page of a stored board, record
+a batch of outcomes.
 
 The orchestrator never holds a whole board or every outcome: it asks for the next page as its
 window needs tasks, and hands finished tasks' outcomes to the run store in batches. Both read and
@@ -14,13 +15,34 @@ from dataclasses import asdict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from taskfleet.core.board_store import BoardStoreError, read_page
-from taskfleet.core.models.board_store import BoardPage, BoardPageRequest, OutcomeBatch, RecordedBatch
-from taskfleet.core.names import ACTIVITY_LOAD_BOARD_PAGE, ACTIVITY_RECORD_OUTCOMES
+from taskfleet.core.board_rows import scan_specs
+from taskfleet.core.board_store import BoardStoreError, read_page, write_board
+from taskfleet.core.boards import BoardError
+from taskfleet.core.git_objects import GitStoreError, is_repository
+from taskfleet.core.models.board_store import (
+    BoardPage,
+    BoardPageRequest,
+    BoardReference,
+    OutcomeBatch,
+    RecordedBatch,
+    StoreBoardInput,
+)
+from taskfleet.core.names import ACTIVITY_LOAD_BOARD_PAGE, ACTIVITY_RECORD_OUTCOMES, ACTIVITY_STORE_BOARD
 from taskfleet.core.run_store import RunStoreError, append_outcomes
 
 
 class BoardStoreActivities:
+    @activity.defn(name=ACTIVITY_STORE_BOARD)
+    async def store_board(self, params: StoreBoardInput) -> BoardReference:
+        """Store a board that came inline (already validated whole by the workflow) in the clone."""
+        try:
+            return await asyncio.to_thread(
+                write_board, params.repo, scan_specs(params.board), params.board.path or params.board.name
+            )
+        except (GitStoreError, BoardError) as err:
+            raise ApplicationError(f"cannot store the board in {params.repo}: {err}", type="BoardStoreError",
+                                   non_retryable=not is_repository(params.repo)) from None
+
     @activity.defn(name=ACTIVITY_LOAD_BOARD_PAGE)
     async def load_board_page(self, request: BoardPageRequest) -> BoardPage:
         """Rows from `request.start`, each validated alone: a bad row comes back refused, with its line."""

@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from taskfleet.core.models.board_store import (
     TASK_MAX_BYTES,
     BoardPageRequest,
     OutcomeBatch,
+    StoreBoardInput,
 )
 from taskfleet.core.models.orchestrator import Board, TaskOutcome, TaskSpec
 from taskfleet.core.run_store import RunStoreError, append_outcomes, iter_outcomes, run_ref
@@ -298,3 +300,19 @@ def test_noop_boards_parse_as_boards(tmp_path):
     board = load_board(path)
     assert [t.id for t in board.tasks] == ["n0", "n1", "n2", "n3", "n4"] and board.max_parallel == 3
     assert all(not t.worktree and t.run == "true" and t.verify == "true" for t in board.tasks)
+
+
+async def test_an_inline_board_is_stored_by_an_activity_and_read_back(clone):
+    tasks = [TaskSpec(id=f"t{i}", run="true", verify="true", worktree=False, done=i == 1) for i in range(4)]
+    reference = await ActivityEnvironment().run(
+        BoardStoreActivities().store_board, StoreBoardInput(repo=str(clone), board=Board(tasks=tasks, name="inline"))
+    )
+    assert (reference.tasks, reference.open_tasks, reference.name) == (4, 3, "inline")
+    (page,) = all_pages(clone, reference.board_id)
+    assert page.tasks == [replace(tasks[i], branch=f"task/t{i}") for i in (0, 2, 3)]
+    assert page.rows == [0, 2, 3] and page.done == 1
+    with pytest.raises(ApplicationError, match="cannot store the board") as caught:
+        await ActivityEnvironment().run(
+            BoardStoreActivities().store_board, StoreBoardInput(repo=str(clone) + "-gone", board=Board(tasks=tasks))
+        )
+    assert caught.value.non_retryable

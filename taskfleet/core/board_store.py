@@ -170,6 +170,7 @@ class BoardReader:
                 page.refused.append(item)
             else:
                 page.tasks.append(item)
+                page.rows.append(index)
             page.next = index + 1
         return page
 

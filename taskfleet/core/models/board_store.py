@@ -8,7 +8,7 @@ the orchestrator puts in it, so no payload in a run's history grows with the boa
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
 
-from taskfleet.core.models.orchestrator import TaskOutcome, TaskSpec
+from taskfleet.core.models.orchestrator import Board, TaskOutcome, TaskSpec
 
 PAGE_MAX_TASKS = 500
 PAGE_MAX_BYTES = 128 * 1024  # of task specs in one page: half the 256 KB every payload stays under
@@ -55,8 +55,18 @@ class BoardPage:
     next: int  # the row after the last one this page covers; == total at the end of the board
     total: int
     tasks: list[TaskSpec] = field(default_factory=list)  # open tasks, ready to run
+    rows: list[int] = field(default_factory=list)  # each task's row index, so a run can resume mid-page
     refused: list[RefusedTask] = field(default_factory=list)
     done: int = 0  # rows marked done (`[x]`) in the range: counted, never dispatched
+
+
+@dataclass
+class StoreBoardInput:
+    """A board that came inline (started by hand with JSON): the workflow stores it once, then
+    reads it by reference like any other, so continue-as-new never carries its tasks."""
+
+    repo: str
+    board: Board
 
 
 @dataclass
