@@ -10,7 +10,7 @@ the board shares.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -24,11 +24,19 @@ from taskfleet.core.models.board_store import (
     BoardPageRequest,
     BoardReference,
     OutcomeBatch,
+    OutcomePage,
+    ReadOutcomesRequest,
     RecordedBatch,
     StoreBoardInput,
 )
-from taskfleet.core.names import ACTIVITY_LOAD_BOARD_PAGE, ACTIVITY_RECORD_OUTCOMES, ACTIVITY_STORE_BOARD
-from taskfleet.core.run_store import RunStoreError, append_outcomes
+from taskfleet.core.models.orchestrator import TaskOutcome
+from taskfleet.core.names import (
+    ACTIVITY_LOAD_BOARD_PAGE,
+    ACTIVITY_READ_OUTCOMES,
+    ACTIVITY_RECORD_OUTCOMES,
+    ACTIVITY_STORE_BOARD,
+)
+from taskfleet.core.run_store import RunStoreError, append_outcomes, read_outcomes
 
 
 class BoardStoreActivities:
@@ -58,10 +66,32 @@ class BoardStoreActivities:
     @activity.defn(name=ACTIVITY_RECORD_OUTCOMES)
     async def record_outcomes(self, batch: OutcomeBatch) -> RecordedBatch:
         """Append the batch to the run's store; a retried batch (same id) is recorded once."""
+        rows = batch.rows if len(batch.rows) == len(batch.outcomes) else [-1] * len(batch.outcomes)
+        lines = [{**asdict(o), "row": row} for o, row in zip(batch.outcomes, rows)]
         try:
             commit, count, already = await asyncio.to_thread(
-                append_outcomes, batch.repo, batch.run_ref, batch.batch_id, [asdict(o) for o in batch.outcomes]
+                append_outcomes, batch.repo, batch.run_ref, batch.batch_id, lines
             )
         except RunStoreError as err:
             raise ApplicationError(str(err), type="RunStoreError") from None  # retried: a lock may clear
         return RecordedBatch(commit=commit, recorded=count, already_recorded=already)
+
+    @activity.defn(name=ACTIVITY_READ_OUTCOMES)
+    async def read_outcomes(self, request: ReadOutcomesRequest) -> OutcomePage:
+        """A small run's outcomes in board order, for its result; a big run's stay in the store."""
+        try:
+            found, complete = await asyncio.to_thread(
+                read_outcomes, request.repo, request.run_ref, request.max_outcomes, request.max_bytes
+            )
+        except RunStoreError as err:
+            raise ApplicationError(str(err), type="RunStoreError") from None
+        found.sort(key=lambda o: o.get("row", -1))
+        return OutcomePage(outcomes=[outcome_from_json(o) for o in found], complete=complete)
+
+
+def outcome_from_json(data: dict) -> TaskOutcome:
+    """A stored outcome as a TaskOutcome: keys of other versions are left out, missing ones default."""
+    return TaskOutcome(**{k: v for k, v in data.items() if k in _OUTCOME_FIELDS})
+
+
+_OUTCOME_FIELDS = {f.name for f in fields(TaskOutcome)}

@@ -22,6 +22,7 @@ from taskfleet.core.models.board_store import (
     TASK_MAX_BYTES,
     BoardPageRequest,
     OutcomeBatch,
+    ReadOutcomesRequest,
     StoreBoardInput,
 )
 from taskfleet.core.models.orchestrator import Board, TaskOutcome, TaskSpec
@@ -237,7 +238,7 @@ async def test_activities_load_a_page_and_record_a_batch_once(clone, tmp_path):
     assert [t.id for t in page.tasks] == ["n10", "n11", "n12", "n13", "n14"] and page.next == 15
     ref = run_ref("taskfleet-run-noop-1", "run-1")
     batch = OutcomeBatch(repo=str(clone), run_ref=ref, batch_id="1-0",
-                         outcomes=[TaskOutcome(id=t.id, status="succeeded") for t in page.tasks])
+                         outcomes=[TaskOutcome(id=t.id, status="succeeded") for t in page.tasks], rows=page.rows)
     first = await env.run(activities.record_outcomes, batch)
     again = await env.run(activities.record_outcomes, batch)  # a retry after a lost reply
     assert (first.recorded, first.already_recorded) == (5, False)
@@ -245,8 +246,17 @@ async def test_activities_load_a_page_and_record_a_batch_once(clone, tmp_path):
     assert [o["id"] for o in iter_run_outcomes(str(clone), ref)] == [t.id for t in page.tasks]
     assert next(iter_run_outcomes(str(clone), ref)) == {
         "id": "n10", "status": "succeeded", "landed": False, "commit": "", "seconds": 0.0, "reason": "",
-        "cache_hit": False, "log_path": "",
+        "cache_hit": False, "log_path": "", "row": 10,
     }
+    # a small run's outcomes come back in board order (the store keeps them in finishing order)
+    late = OutcomeBatch(repo=str(clone), run_ref=ref, batch_id="1-1", outcomes=[TaskOutcome(id="n3", status="failed")],
+                        rows=[3])
+    await env.run(activities.record_outcomes, late)
+    small = await env.run(activities.read_outcomes, ReadOutcomesRequest(repo=str(clone), run_ref=ref))
+    assert small.complete and [o.id for o in small.outcomes] == ["n3", "n10", "n11", "n12", "n13", "n14"]
+    assert small.outcomes[0] == TaskOutcome(id="n3", status="failed")
+    big = await env.run(activities.read_outcomes, ReadOutcomesRequest(repo=str(clone), run_ref=ref, max_outcomes=5))
+    assert not big.complete and big.outcomes == []
 
 
 def test_parallel_writers_lose_no_outcome(clone):

@@ -356,3 +356,9 @@ def task_from_row(raw: RawTask, head: BoardHead, source: str) -> TaskSpec:
     spec = _with_defaults(spec, head.settings, set(row), where)
     validate_board(Board(tasks=[spec], **_board_settings(head.settings)), where)
     return spec
+
+
+def check_board_settings(board: Board, source: str) -> None:
+    """The board-wide rules (land, max_parallel, base) for a board whose tasks are stored apart."""
+    probe = TaskSpec(id="x", branch="taskfleet/settings-probe", done=True)
+    validate_board(Board(tasks=[probe], base=board.base, max_parallel=board.max_parallel, land=board.land), source)

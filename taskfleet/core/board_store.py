@@ -22,7 +22,14 @@ from typing import Any
 
 from taskfleet.core.board_rows import BoardHead, RawTask, task_from_row
 from taskfleet.core.boards import BoardError
-from taskfleet.core.git_objects import GitStoreError, ObjectReader, keep, object_reader, write_blob, write_tree
+from taskfleet.core.git_objects import (
+    GitStoreError,
+    ObjectReader,
+    keep,
+    object_reader,
+    write_blob,
+    write_tree,
+)
 from taskfleet.core.models.board_store import (
     REASON_MAX_CHARS,
     TASK_MAX_BYTES,
@@ -31,19 +38,15 @@ from taskfleet.core.models.board_store import (
     BoardReference,
     RefusedTask,
 )
+from taskfleet.core.store_refs import board_ref
 
 FORMAT_VERSION = 1
-BOARDS_REF_PREFIX = "refs/taskfleet/boards/"
 STORE_PAGE_ROWS = 500  # rows per stored page blob
 STORE_PAGE_BYTES = 256 * 1024  # or fewer, when rows are big
 
 
 class BoardStoreError(RuntimeError):
     """A stored board cannot be read (missing clone, unknown id, damaged store): one clear line."""
-
-
-def board_ref(board_id: str) -> str:
-    return f"{BOARDS_REF_PREFIX}{board_id}"
 
 
 def _page_name(first_row: int) -> str:

@@ -31,10 +31,6 @@ ACTIVITY_PUSH_BATCH = "taskfleet_push_batch"
 ACTIVITY_QUERY_LESSONS = "taskfleet_query_lessons"
 ACTIVITY_RECORD_LESSON = "taskfleet_record_lesson"
 ACTIVITY_LESSONS_STATS = "taskfleet_lessons_stats"
-ACTIVITY_STORE_BOARD = "taskfleet_store_board"
-ACTIVITY_LOAD_BOARD_PAGE = "taskfleet_load_board_page"
-ACTIVITY_RECORD_OUTCOMES = "taskfleet_record_outcomes"
-ACTIVITY_RUN_TASK_GROUP = "taskfleet_run_task_group"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).
@@ -45,3 +41,12 @@ LEGACY_ACTIVITY_NAMES = {
     ACTIVITY_LESSONS_STATS: "lessons_stats",
 }
 PATCH_PREFIXED_ACTIVITIES = "taskfleet-prefixed-activity-names"
+
+# --- boards by reference and the run store (issue 15) ------------------------------------------
+ACTIVITY_STORE_BOARD = "taskfleet_store_board"
+ACTIVITY_LOAD_BOARD_PAGE = "taskfleet_load_board_page"
+ACTIVITY_RECORD_OUTCOMES = "taskfleet_record_outcomes"
+ACTIVITY_READ_OUTCOMES = "taskfleet_read_outcomes"
+ACTIVITY_RUN_TASK_GROUP = "taskfleet_run_task_group"
+# A run started by this version reads its board in pages and keeps outcomes in the run store.
+PATCH_BOARD_PAGES = "taskfleet-board-pages"

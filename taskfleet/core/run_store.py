@@ -14,10 +14,8 @@ an outcome; and a reader walks the chain one chunk at a time, never holding a ru
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -33,8 +31,10 @@ from taskfleet.core.git_objects import (
     write_commit,
     write_tree,
 )
+from taskfleet.core.store_refs import run_ref
 
-RUNS_REF_PREFIX = "refs/taskfleet/runs/"
+__all__ = ["RunStoreError", "append_outcomes", "iter_outcomes", "read_outcomes", "run_ref"]
+
 CHUNK_FILE = "outcomes.jsonl"
 BATCH_SUBJECT = "taskfleet outcomes "
 RECENT_BATCHES = 64  # how far back an append looks for its own batch id (a retried append)
@@ -43,18 +43,6 @@ APPEND_ATTEMPTS = 100
 
 class RunStoreError(RuntimeError):
     """The run store cannot be written or read; one clear line."""
-
-
-def _component(text: str, limit: int = 80) -> str:
-    """A ref path component from any text: safe characters, no `..`, no leading dot, no `.lock`."""
-    text = re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")[:limit]
-    return text or "x"
-
-
-def run_ref(workflow_id: str, first_run_id: str) -> str:
-    """The ref of one run's outcomes: readable, and unique even for ids that read the same."""
-    digest = hashlib.sha256(workflow_id.encode()).hexdigest()[:8]
-    return f"{RUNS_REF_PREFIX}{_component(workflow_id)}-{digest}/{_component(first_run_id)}"
 
 
 def _recent_batches(repo: str | Path, tip: str) -> set[str]:
@@ -105,3 +93,15 @@ def iter_outcomes(repo: str | Path, ref: str) -> Iterator[dict[str, Any]]:
             for line in data.splitlines():
                 if line.strip():
                     yield json.loads(line)
+
+
+def read_outcomes(repo: str | Path, ref: str, max_outcomes: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
+    """All outcomes of a small run, or ([], False) as soon as they exceed either limit."""
+    outcomes: list[dict[str, Any]] = []
+    size = 0
+    for outcome in iter_outcomes(repo, ref):
+        size += len(json.dumps(outcome))
+        if len(outcomes) >= max_outcomes or size > max_bytes:
+            return [], False
+        outcomes.append(outcome)
+    return outcomes, True

@@ -14,6 +14,9 @@ PAGE_MAX_TASKS = 500
 PAGE_MAX_BYTES = 128 * 1024  # of task specs in one page: half the 256 KB every payload stays under
 TASK_MAX_BYTES = 32 * 1024  # one task's spec as JSON; a bigger one fails alone, with its size
 REASON_MAX_CHARS = 300
+FAILED_IDS_CAP = 100  # failed task ids a run keeps in its state (all of them are in the run store)
+RECORD_BATCH_OUTCOMES = 200  # outcomes per append to the run store
+RESULT_MAX_TASKS = 1000  # a run's result lists its tasks up to this many; past it, the store does
 
 
 @dataclass
@@ -77,6 +80,7 @@ class OutcomeBatch:
     run_ref: str
     batch_id: str
     outcomes: list[TaskOutcome] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)  # each outcome's row on the board (stored as `row`)
 
 
 @dataclass
@@ -84,3 +88,38 @@ class RecordedBatch:
     commit: str
     recorded: int
     already_recorded: bool = False  # a retry found the batch stored by an earlier attempt
+
+
+@dataclass
+class ReadOutcomesRequest:
+    """The first outcomes of a run's store, if all of them fit (for a small run's result)."""
+
+    repo: str
+    run_ref: str
+    max_outcomes: int = RESULT_MAX_TASKS
+    max_bytes: int = PAGE_MAX_BYTES
+
+
+@dataclass
+class OutcomePage:
+    outcomes: list[TaskOutcome] = field(default_factory=list)  # in board order
+    complete: bool = True  # False: the store holds more than the request's limits (none listed)
+
+
+@dataclass
+class PagingState:
+    """Where a run is on its stored board, carried across continue-as-new instead of its tasks.
+
+    Per-task outcomes are not here: they are in the run store (`run_ref`). What is kept is
+    bounded: counters, the first failed ids, and where to resume.
+    """
+
+    board: BoardReference
+    run_ref: str
+    load_from: int = 0  # the next page starts at this row (a new run: the first row not yet started)
+    accounted: int = 0  # rows below this had their refused rows counted and recorded
+    counts: dict[str, int] = field(default_factory=dict)  # the run's tally by status, and landed
+    failed_ids: list[str] = field(default_factory=list)  # up to FAILED_IDS_CAP
+    batches: int = 0  # outcome batches recorded: the next batch's id
+    recorded: int = 0  # outcomes in the run store
+    group_runs: int = 0  # task groups started
