@@ -9,26 +9,14 @@ the orchestrator puts in it, so no payload in a run's history grows with the boa
 from dataclasses import dataclass, field
 
 from taskfleet.core.models.orchestrator import Board, TaskOutcome, TaskSpec
+from taskfleet.core.models.paging import BoardReference, PagingState  # noqa: F401 - re-exported
 
 PAGE_MAX_TASKS = 500
 PAGE_MAX_BYTES = 128 * 1024  # of task specs in one page: half the 256 KB every payload stays under
 TASK_MAX_BYTES = 32 * 1024  # one task's spec as JSON; a bigger one fails alone, with its size
 REASON_MAX_CHARS = 300
-FAILED_IDS_CAP = 100  # failed task ids a run keeps in its state (all of them are in the run store)
 RECORD_BATCH_OUTCOMES = 200  # outcomes per append to the run store
 RESULT_MAX_TASKS = 1000  # a run's result lists its tasks up to this many; past it, the store does
-
-
-@dataclass
-class BoardReference:
-    """A board stored in the clone (`taskfleet.core.board_store`): the id of its tree, and counts."""
-
-    board_id: str
-    tasks: int  # rows on the board, done ones and unreadable ones included
-    open_tasks: int = 0  # rows not marked done: what the run dispatches (or fails, if unreadable)
-    name: str = "board"
-    format: str = "toml"
-    source: str = ""  # the file it was read from, for people
 
 
 @dataclass
@@ -104,22 +92,3 @@ class ReadOutcomesRequest:
 class OutcomePage:
     outcomes: list[TaskOutcome] = field(default_factory=list)  # in board order
     complete: bool = True  # False: the store holds more than the request's limits (none listed)
-
-
-@dataclass
-class PagingState:
-    """Where a run is on its stored board, carried across continue-as-new instead of its tasks.
-
-    Per-task outcomes are not here: they are in the run store (`run_ref`). What is kept is
-    bounded: counters, the first failed ids, and where to resume.
-    """
-
-    board: BoardReference
-    run_ref: str
-    load_from: int = 0  # the next page starts at this row (a new run: the first row not yet started)
-    accounted: int = 0  # rows below this had their refused rows counted and recorded
-    counts: dict[str, int] = field(default_factory=dict)  # the run's tally by status, and landed
-    failed_ids: list[str] = field(default_factory=list)  # up to FAILED_IDS_CAP
-    batches: int = 0  # outcome batches recorded: the next batch's id
-    recorded: int = 0  # outcomes in the run store
-    group_runs: int = 0  # task groups started
