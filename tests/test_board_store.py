@@ -101,6 +101,9 @@ def test_board_wide_problems_refuse_the_board_before_anything_is_stored(clone, t
         'run = "x"\ntimeout_seconds = -1\n[[tasks]]\nid = "A"\n': "board-wide settings: timeout_seconds must be",
         'run = "x"\nverify = "y"\n': "no [[tasks]] tables",
         'run = "x\n[[tasks]]\nid = "A"\n': "not valid TOML",
+        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n': ":5: duplicate task id A (first on line 3)",
+        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "B"\nbranch = "task/A"\n': (
+            ":5: tasks A (line 3) and B share branch task/A"),
     }
     for number, (text, message) in enumerate(cases.items()):
         path = tmp_path / f"b{number}.toml"
@@ -111,28 +114,48 @@ def test_board_wide_problems_refuse_the_board_before_anything_is_stored(clone, t
     assert git(clone, "for-each-ref", "refs/taskfleet/") == ""
 
 
+PER_TASK_BOARD = r'''run = "x"
+verify = "y"
+[[tasks]]
+id = "A"
+[[tasks]]
+id = "A2"
+run = 1
+[[tasks]]
+id = "B"
+size = 3
+[[tasks]]
+id = "C"
+branch = "-evil"
+[[tasks]]
+id = "D"
+due = 2024-01-01
+[[tasks]]
+id = "E"
+branch = "-"
+x
+[[tasks]]
+id = "F"
+[tasks.extra]
+x = 1
+'''
+
+
 def test_per_task_problems_fail_that_task_with_its_line(clone, tmp_path):
     path = tmp_path / "b.toml"
-    path.write_text(
-        'run = "x"\nverify = "y"\n'
-        '[[tasks]]\nid = "A"\n'
-        '[[tasks]]\nid = "A"\n'  # duplicate: line 5
-        '[[tasks]]\nid = "B"\nsize = 3\n'  # unknown key: line 7
-        '[[tasks]]\nid = "C"\nbranch = "-evil"\n'  # line 10
-        '[[tasks]]\nid = "D"\ndue = 2024-01-01\n'  # a date: line 13
-        '[[tasks]]\nid = "E"\nbranch = "task/A"\n'  # A's branch: line 16
-        '[[tasks]]\nid = "F"\n[tasks.extra]\nx = 1\n'  # a sub-table is a key of the task: line 19
-    )
+    path.write_text(PER_TASK_BOARD)
     stored = store_board_file(path, str(clone))
     (page,) = all_pages(clone, stored.reference.board_id)
     assert [t.id for t in page.tasks] == ["A"]
-    reasons = {r.line: r.reason for r in page.refused}
-    assert "duplicate task id A (first on line 3)" in reasons[5]
-    assert reasons[7].startswith(f"{path}:7: unknown key(s) size")
-    assert reasons[10].startswith(f"{path}:10: task C: ") and "'-'" in reasons[10]
-    assert reasons[13] == f"{path}:13: 'due': a date is not a board value"
-    assert reasons[16] == f"{path}:16: tasks A and E share branch task/A"
-    assert reasons[19].startswith(f"{path}:19: unknown key(s) extra")
+    reasons = {r.id: r.reason for r in page.refused}
+    header = {task: line_of(path, f'id = "{task}"') - 1 for task in "A2 B C D E F".split()}
+    assert {r.id: r.line for r in page.refused} == header
+    assert reasons["A2"] == f"{path}:{header['A2']}: 'run' must be a string"
+    assert reasons["B"].startswith(f"{path}:{header['B']}: unknown key(s) size")
+    assert reasons["C"].startswith(f"{path}:{header['C']}: task C: ") and "'-'" in reasons["C"]
+    assert reasons["D"] == f"{path}:{header['D']}: 'due': a date is not a board value"
+    assert reasons["E"].startswith(f"{path}:{line_of(path, 'x')}: not valid TOML")  # the line of the error
+    assert reasons["F"].startswith(f"{path}:{header['F']}: unknown key(s) extra")
 
 
 MULTILINE_BOARD = r'''run = "x"

@@ -315,27 +315,27 @@ def check_head(head: BoardHead, source: str) -> None:
 
 
 def unique_ids(rows: Iterable[BoardHead | RawTask], source: str) -> Iterator[BoardHead | RawTask]:
-    """Fail a task whose id or branch an earlier task has (the first one keeps it).
+    """Refuse the board (BoardError naming both lines) when two tasks share an id or a branch.
 
-    Keeps one entry per task id and branch: the only part of a board the writer holds whole.
+    Unlike a malformed task, which fails alone, this is refused before anything starts: the run
+    store and landing keep outcomes by task id, and two tasks on one branch would overwrite each
+    other. Keeps one entry per task id and branch: the only part of a board the writer holds whole.
     """
     ids: dict[str, int] = {}
-    branches: dict[str, str] = {}
+    branches: dict[str, tuple[str, int]] = {}
     for item in rows:
         if isinstance(item, RawTask) and item.row is not None:
             task_id, branch = item.row.get("id"), item.row.get("branch") or f"task/{item.row.get('id')}"
             where = f"{source}:{item.line}" if item.line else f"{source}: task #{item.number}"
-            if isinstance(task_id, str) and task_id in ids:
-                item = RawTask(number=item.number, line=item.line, id=task_id,
-                               error=f"{where}: duplicate task id {task_id} (first on line {ids[task_id]})")
-            elif isinstance(branch, str) and branch in branches:
-                item = RawTask(number=item.number, line=item.line, id=task_id if isinstance(task_id, str) else "",
-                               error=f"{where}: tasks {branches[branch]} and {task_id} share branch {branch}")
-            else:
-                if isinstance(task_id, str):
-                    ids[task_id] = item.line
-                if isinstance(branch, str):
-                    branches[branch] = str(task_id)
+            if isinstance(task_id, str):
+                if task_id in ids:
+                    raise BoardError(f"{where}: duplicate task id {task_id} (first on line {ids[task_id]})")
+                ids[task_id] = item.line
+            if isinstance(branch, str):
+                if branch in branches:
+                    other, line = branches[branch]
+                    raise BoardError(f"{where}: tasks {other} (line {line}) and {task_id} share branch {branch}")
+                branches[branch] = (str(task_id), item.line)
         yield item
 
 
