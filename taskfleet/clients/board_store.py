@@ -87,3 +87,23 @@ def store_board(board: Board, repo: str) -> StoredBoard:
     except GitStoreError as err:
         raise BoardError(f"cannot store board {board.name} in {repo}: {err}") from None
     return StoredBoard(reference=reference, settings=_settings(head, board.path))
+
+
+def read_board_head(path: str | Path, **overrides: Any) -> BoardHead:
+    """Only the board-wide part of a board file (read up to its first task): refused early, cheaply."""
+    path = Path(path)
+    fmt = "toml" if path.suffix == ".toml" else "markdown"
+    try:
+        with open(path, encoding="utf-8") as lines:
+            head = next(scan_board(lines, str(path), fmt, **overrides))
+    except OSError as err:
+        raise BoardError(f"cannot read board {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise BoardError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    assert isinstance(head, BoardHead)
+    return head
+
+
+def board_settings(head: BoardHead, path: str = "") -> Board:
+    """A board's settings as the `Board` (without tasks) a run starts with."""
+    return _settings(head, path)

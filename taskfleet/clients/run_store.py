@@ -6,13 +6,19 @@ keeps only counters, failed ids up to a cap and the store's ref.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any, TextIO
 
+from taskfleet.core.models.orchestrator import OrchestratorProgress, OrchestratorResult
 from taskfleet.core.run_store import RunStoreError, iter_outcomes, run_ref
 
-__all__ = ["RunStoreError", "iter_run_outcomes", "run_ref", "write_json_with_tasks"]
+__all__ = [
+    "RunStoreError", "iter_run_outcomes", "run_outcomes", "run_ref", "write_json_with_tasks", "write_result_json",
+    "write_status_json",
+]
 
 
 def iter_run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
@@ -45,3 +51,39 @@ def write_json_with_tasks(out: TextIO, head: dict[str, Any], tasks: Iterator[dic
 def _nested(value: Any, depth: int) -> str:
     """`value` as indented JSON, placed `depth` spaces in."""
     return json.dumps(value, indent=2).replace("\n", "\n" + " " * depth)
+
+
+def run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
+    """Stored outcomes as `run --json` lists tasks (the TaskOutcome fields; the board row left out)."""
+    for outcome in iter_outcomes(repo, ref):
+        outcome.pop("row", None)
+        yield outcome
+
+
+def write_result_json(out: TextIO, result: OrchestratorResult) -> int:
+    """`run --json`: the result object; a big run's `tasks` streamed from its run store."""
+    data = asdict(result)
+    tasks = data.pop("tasks")
+    if not result.run_ref or len(tasks) >= result.recorded:
+        out.write(json.dumps({"tasks": tasks, **data}, indent=2) + "\n")
+        return len(tasks)
+    return write_json_with_tasks(out, {}, run_outcomes(result.repo, result.run_ref), data)
+
+
+def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
+                      result: OrchestratorResult | None = None) -> int:
+    """`status --json`: state and progress; `tasks` every outcome in the run store (a running run:
+    then the tasks in flight), or the result's tasks for a run that predates the store."""
+    data = asdict(progress)
+    data.pop("tasks")
+    head = {"status": state, "counts": data.pop("counts"), "running": data.pop("running")}
+    tail = {**data, **({"stats": asdict(result.stats)} if result is not None else {})}
+    if not progress.run_ref:  # an inline run of an older version: everything is in the result/progress
+        tasks: Iterator[dict[str, Any]] = iter(
+            [asdict(t) for t in result.tasks] if result is not None else [asdict(t) for t in progress.tasks]
+        )
+    else:
+        finished = run_outcomes(progress.repo, progress.run_ref)
+        in_flight = (asdict(t) for t in progress.tasks if t.status in ("pending", "running")) if result is None else iter(())
+        tasks = itertools.chain(finished, in_flight)
+    return write_json_with_tasks(out, head, tasks, tail)
