@@ -39,3 +39,4 @@ class PagingState:
     batches: int = 0  # outcome batches recorded: the next batch's id
     recorded: int = 0  # outcomes in the run store
     group_runs: int = 0  # task groups started
+    pushes_forgotten: int = 0  # landed batch ids counted, then dropped from the state
