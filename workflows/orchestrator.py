@@ -105,6 +105,7 @@ RECORD_BATCH_BYTES = 128 * 1024  # of outcomes per append to the run store (esti
 BACKLOG_OUTCOMES = 4 * RECORD_BATCH_OUTCOMES  # dispatch waits while more are not yet recorded
 RECENT_FINISHED = 20  # finished tasks `progress` shows for a paged run
 RECENT_PUSHES = 64  # landed batch ids a paged run remembers (to count a push once)
+PREFETCH_BELOW = 200  # tasks left to start from the loaded pages when the next page is asked for
 
 
 def landed_commit(outcome: OpOutcome) -> str:
@@ -163,6 +164,7 @@ class OrchestratorWorkflow:
         self._unrecorded: list[tuple[TaskOutcome, int]] = []  # finished, not yet in the run store
         self._unrecorded_bytes = 0
         self._recorder: Optional[asyncio.Task] = None
+        self._loader: Optional[asyncio.Task] = None  # the next page, being loaded
         self._recent: deque[TaskProgress] = deque(maxlen=RECENT_FINISHED)
         if self.s.paging is not None:
             self._tally = self.s.paging.counts
@@ -288,16 +290,19 @@ class OrchestratorWorkflow:
         )
 
     async def _dispatch_pages(self) -> None:
-        """The sliding window over a stored board: a page is loaded when the last one is used up."""
+        """The sliding window over a stored board: the next page is loaded while the window still
+        has tasks of the last one to start (so it never waits for a page), never more than that."""
         p = self.s.paging
         while True:
             if not self.s.pending:
-                if p.load_from >= p.board.tasks:
-                    break
-                if self._should_continue_as_new():
-                    self._draining = True
-                    break
-                await self._load_page()
+                if self._loader is None:
+                    if p.load_from >= p.board.tasks:
+                        break
+                    if self._should_continue_as_new():
+                        self._draining = True
+                        break
+                    self._start_loader()
+                await self._loader
                 continue
             await workflow.wait_condition(
                 lambda: len(self._running) < self.max_parallel and len(self._unrecorded) < BACKLOG_OUTCOMES
@@ -320,8 +325,13 @@ class OrchestratorWorkflow:
                 self.s.outcomes[task.id] = TaskOutcome(id=task.id)
                 self._running[task.id] = asyncio.create_task(self._run_one(task))
             self.s.stats.max_running = max(self.s.stats.max_running, len(self._running))
+            if len(self.s.pending) < PREFETCH_BELOW and self._loader is None and p.load_from < p.board.tasks:
+                self._start_loader()
             self._refresh_details()
         await workflow.wait_condition(lambda: not self._running)
+
+    def _start_loader(self) -> None:
+        self._loader = asyncio.create_task(self._load_page())
 
     def _group_size(self) -> int:
         """Tasks per group: a quarter of the window (at least four groups in flight), at most 50."""
@@ -363,6 +373,7 @@ class OrchestratorWorkflow:
             self.s.pending.append(task.id)
         p.accounted = max(p.accounted, page.next)
         p.load_from = page.next
+        self._loader = None
 
     async def _claim_page(self, tasks: list[TaskSpec], first: bool) -> dict[str, str]:
         """Claim a page's task branches (see `_claim_branches`); the branches another run holds,
@@ -495,6 +506,8 @@ class OrchestratorWorkflow:
 
     async def _continue_paged(self) -> OrchestratorResult:
         """Continue as new with where the run is on its board: no tasks, no finished outcomes."""
+        if self._loader is not None:
+            await self._loader
         await self._flush_outcomes()
         p = self.s.paging
         if self.s.pending:  # loaded, never started: the next run loads them again
