@@ -13,7 +13,6 @@ from taskfleet.clients.board_store import store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
 from taskfleet.core.models.board_store import PAGE_MAX_TASKS
-from taskfleet.core.models.orchestrator import OrchestratorInput
 from taskfleet.scale_harness import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
 
 TASKS = 20_000
