@@ -100,7 +100,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes only (1k, 5k)")
     parser.add_argument("--sizes", type=int, nargs="*", help="board sizes to run (default 1000 10000 100000)")
-    parser.add_argument("--max-parallel", type=int, default=100)
+    parser.add_argument("--max-parallel", type=int, default=200)
     args = parser.parse_args()
     sizes = args.sizes or ([1000, 5000] if args.quick else [1000, 10_000, 100_000])
     with tempfile.TemporaryDirectory() as tmp:
