@@ -166,8 +166,10 @@ class OrchestratorWorkflow:
         self._recorder: Optional[asyncio.Task] = None
         self._loader: Optional[asyncio.Task] = None  # the next page, being loaded
         self._recent: deque[TaskProgress] = deque(maxlen=RECENT_FINISHED)
+        self._started_here = 0  # tasks this run started: a run starts some before it may continue as new
         if self.s.paging is not None:
             self._tally = self.s.paging.counts
+            self._rows = dict(self.s.paging.awaiting_rows)
             return
         for outcome in self.s.outcomes.values():
             self._tally[outcome.status] += 1
@@ -298,7 +300,7 @@ class OrchestratorWorkflow:
                 if self._loader is None:
                     if p.load_from >= p.board.tasks:
                         break
-                    if self._should_continue_as_new():
+                    if self._started_here and self._should_continue_as_new():
                         self._draining = True
                         break
                     self._start_loader()
@@ -307,7 +309,7 @@ class OrchestratorWorkflow:
             await workflow.wait_condition(
                 lambda: len(self._running) < self.max_parallel and len(self._unrecorded) < BACKLOG_OUTCOMES
             )
-            if self._should_continue_as_new():
+            if self._started_here and self._should_continue_as_new():
                 self._draining = True
                 break
             free = self.max_parallel - len(self._running)
@@ -324,6 +326,7 @@ class OrchestratorWorkflow:
                 task = group[0] if group else self.tasks[self.s.pending.pop(0)]
                 self.s.outcomes[task.id] = TaskOutcome(id=task.id)
                 self._running[task.id] = asyncio.create_task(self._run_one(task))
+            self._started_here += 1
             self.s.stats.max_running = max(self.s.stats.max_running, len(self._running))
             if len(self.s.pending) < PREFETCH_BELOW and self._loader is None and p.load_from < p.board.tasks:
                 self._start_loader()
@@ -513,6 +516,7 @@ class OrchestratorWorkflow:
         if self.s.pending:  # loaded, never started: the next run loads them again
             p.load_from = self._rows[self.s.pending[0]]
         self.s.pending = []
+        p.awaiting_rows = {task_id: self._rows.get(task_id, -1) for task_id in self.s.outcomes}
         self.s.stats.runs += 1
         workflow.logger.info("continuing as new from row %d of %d", p.load_from, p.board.tasks)
         workflow.continue_as_new(OrchestratorInput(**{

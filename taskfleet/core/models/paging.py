@@ -40,3 +40,4 @@ class PagingState:
     recorded: int = 0  # outcomes in the run store
     group_runs: int = 0  # task groups started
     pushes_forgotten: int = 0  # landed batch ids counted, then dropped from the state
+    awaiting_rows: dict[str, int] = field(default_factory=dict)  # rows of tasks still awaiting landing
