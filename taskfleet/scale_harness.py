@@ -147,3 +147,19 @@ async def history_figures(client: Client, workflow_id: str) -> HistoryFigures:
         figures.runs.append(run)
     figures.runs.reverse()
     return figures
+
+
+def page_starts(repo: str, board_id: str, pages: int) -> list[int]:
+    """The first row of each of a stored board's first `pages` pages, as the orchestrator loads
+    them (page sizes follow the byte budget, so they depend on how big a task spec is)."""
+    from taskfleet.core.board_store import read_page
+    from taskfleet.core.models.board_store import BoardPageRequest
+
+    starts, start = [], 0
+    while len(starts) < pages:
+        page = read_page(BoardPageRequest(repo=repo, board_id=board_id, start=start))
+        starts.append(start)
+        if page.next >= page.total:
+            break
+        start = page.next
+    return starts

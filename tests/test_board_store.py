@@ -6,7 +6,7 @@ import io
 import json
 import subprocess
 import threading
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from taskfleet.core.models.board_store import (
 )
 from taskfleet.core.models.orchestrator import Board, TaskOutcome, TaskSpec
 from taskfleet.core.run_store import RunStoreError, append_outcomes, iter_outcomes, run_ref
-from taskfleet.scale_harness import write_noop_board
+from taskfleet.scale_harness import page_starts, write_noop_board
 from tests.conftest import git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,8 +78,10 @@ def test_stored_pages_are_the_tasks_the_board_parser_reads(clone):
 
 
 def test_a_malformed_task_on_page_7_fails_alone_naming_its_line(clone, tmp_path):
-    bad = 6 * 500 + 17  # page 7 of 500-task pages
-    path = write_noop_board(tmp_path / "b.toml", 4000, bad_rows={bad: "run = 5", bad + 1: 'run = "unterminated'})
+    clean = store_board_file(write_noop_board(tmp_path / "clean.toml", 6000), str(clone)).reference
+    starts = page_starts(str(clone), clean.board_id, 7)
+    bad = starts[6] + 17  # on page 7 (rows before it are the same on both boards, so are the pages)
+    path = write_noop_board(tmp_path / "b.toml", 6000, bad_rows={bad: "run = 5", bad + 1: 'run = "unterminated'})
     stored = store_board_file(path, str(clone))
     pages = all_pages(clone, stored.reference.board_id)
     refused = [r for p in pages for r in p.refused]
@@ -91,7 +93,7 @@ def test_a_malformed_task_on_page_7_fails_alone_naming_its_line(clone, tmp_path)
     # a TOML syntax error names the line the error is on, not only where the task starts
     error_line = line_of(path, 'run = "unterminated')
     assert f"{path}:{error_line}: not valid TOML" in refused[1].reason
-    assert sum(len(p.tasks) for p in pages) == 3998
+    assert sum(len(p.tasks) for p in pages) == 5998
 
 
 def test_board_wide_problems_refuse_the_board_before_anything_is_stored(clone, tmp_path):
@@ -267,10 +269,7 @@ async def test_activities_load_a_page_and_record_a_batch_once(clone, tmp_path):
     assert (first.recorded, first.already_recorded) == (5, False)
     assert again.already_recorded and again.commit == first.commit
     assert [o["id"] for o in iter_run_outcomes(str(clone), ref)] == [t.id for t in page.tasks]
-    assert next(iter_run_outcomes(str(clone), ref)) == {
-        "id": "n10", "status": "succeeded", "landed": False, "commit": "", "seconds": 0.0, "reason": "",
-        "cache_hit": False, "log_path": "", "row": 10,
-    }
+    assert next(iter_run_outcomes(str(clone), ref)) == {**asdict(TaskOutcome(id="n10", status="succeeded")), "row": 10}
     # a small run's outcomes come back in board order (the store keeps them in finishing order)
     late = OutcomeBatch(repo=str(clone), run_ref=ref, batch_id="1-1", outcomes=[TaskOutcome(id="n3", status="failed")],
                         rows=[3])

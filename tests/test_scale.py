@@ -12,17 +12,17 @@ import pytest
 from taskfleet.clients.board_store import store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
-from taskfleet.core.models.board_store import PAGE_MAX_TASKS
-from taskfleet.scale_harness import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
+from taskfleet.scale_harness import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
 
 TASKS = 20_000
-BAD = 6 * PAGE_MAX_TASKS + 17  # a task on page 7
 
 
 @pytest.mark.timeout(600)
 async def test_20000_tasks_run_with_every_payload_small_and_a_bad_task_on_page_7_fails_alone(
     client, make_worker, task_queue, git_remote, tmp_path
 ):
+    clean = store_board_file(write_noop_board(tmp_path / "clean.toml", TASKS), str(git_remote.clone)).reference
+    BAD = page_starts(str(git_remote.clone), clean.board_id, 7)[6] + 17  # a task on page 7 of the run's pages
     path = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=200, bad_rows={BAD: "run = 5"})
     stored = store_board_file(path, str(git_remote.clone))
     async with make_worker(max_concurrent_activities=200):
