@@ -106,6 +106,7 @@ BACKLOG_OUTCOMES = 4 * RECORD_BATCH_OUTCOMES  # dispatch waits while more are no
 RECENT_FINISHED = 20  # finished tasks `progress` shows for a paged run
 RECENT_PUSHES = 64  # landed batch ids a paged run remembers (to count a push once)
 PREFETCH_BELOW = 200  # tasks left to start from the loaded pages when the next page is asked for
+GROUP_MAX_BYTES = 96 * 1024  # of task specs in one group's input
 
 
 def landed_commit(outcome: OpOutcome) -> str:
@@ -313,9 +314,13 @@ class OrchestratorWorkflow:
                 self._draining = True
                 break
             free = self.max_parallel - len(self._running)
-            group = []
+            group, size = [], 0
             while self.s.pending and len(group) < min(self._group_size(), free) and self._groupable(self.s.pending[0]):
+                cost = len(json.dumps(vars(self.tasks[self.s.pending[0]])))
+                if group and size + cost > GROUP_MAX_BYTES:
+                    break  # the group's input stays one small payload
                 group.append(self.tasks[self.s.pending.pop(0)])
+                size += cost
             if len(group) > 1:
                 handle = asyncio.create_task(self._run_group(group))
                 for task in group:
@@ -410,7 +415,8 @@ class OrchestratorWorkflow:
         try:
             grouped: TaskGroupResult = await workflow.execute_activity(
                 ACTIVITY_RUN_TASK_GROUP,
-                TaskGroupInput(template=self._task_input(tasks[0]), tasks=tasks),
+                # The template's own task is never run: a bare one keeps the payload to the tasks.
+                TaskGroupInput(template=self._task_input(TaskSpec(id=tasks[0].id)), tasks=tasks),
                 result_type=TaskGroupResult,
                 start_to_close_timeout=timedelta(seconds=2 * max(t.timeout_seconds for t in tasks) + 120),
                 heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),

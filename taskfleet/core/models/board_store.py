@@ -13,7 +13,7 @@ from taskfleet.core.models.paging import BoardReference, PagingState  # noqa: F4
 
 PAGE_MAX_TASKS = 500
 PAGE_MAX_BYTES = 128 * 1024  # of task specs in one page: half the 256 KB every payload stays under
-TASK_MAX_BYTES = 32 * 1024  # one task's spec as JSON; a bigger one fails alone, with its size
+TASK_MAX_BYTES = 224 * 1024  # one task's spec as JSON (its own payload stays under 256 KB); a bigger one fails alone
 REASON_MAX_CHARS = 300
 RECORD_BATCH_OUTCOMES = 200  # outcomes per append to the run store
 RESULT_MAX_TASKS = 1000  # a run's result lists its tasks up to this many; past it, the store does
