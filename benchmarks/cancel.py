@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from datetime import timedelta
@@ -63,7 +64,6 @@ async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int
 
     await until(all_heartbeated, interval=0.1)
     pid_list = [int(p.read_text()) for p in pids.iterdir()]
-    worktrees = state / "worktrees"
     started = time.perf_counter()
     await handle.cancel()
     try:
@@ -73,8 +73,12 @@ async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int
     closed = time.perf_counter() - started
 
     async def all_gone() -> bool:
-        left = [p for p in worktrees.rglob("*") if p.is_dir() and p.parent.parent == worktrees] if worktrees.exists() else []
-        return not left and not any(alive(pid) for pid in pid_list)
+        # Worktrees are pool slots: a cancelled task's slot is scrubbed and detached from its branch
+        # (released), not removed, so "gone" means no slot still has a task branch checked out.
+        listed = subprocess.run(["git", "-C", str(repo), "worktree", "list", "--porcelain"],
+                                capture_output=True, text=True, check=True).stdout
+        held = [line for line in listed.splitlines() if line.startswith("branch refs/heads/task/")]
+        return not held and not any(alive(pid) for pid in pid_list)
 
     await until(all_gone)
     gone = time.perf_counter() - started

@@ -9,13 +9,12 @@ waiting for its batch holds an orchestrator slot but no worker. Prints JSON. `--
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 import time
 from pathlib import Path
 
-from common import emit, temporal_worker
+from common import emit, run, temporal_worker
 
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
@@ -76,8 +75,8 @@ async def main() -> None:
                           "direct_wall_ms_per_request": d["wall_ms_per_request"]}
         for c, d in zip(cases[::2], cases[1::2])
     }
-    emit({"benchmark": "llm_batching", "stand_in_delay_seconds": 0, "summary": summary, "cases": cases})
+    emit({"benchmark": "llm_batching", "quick": args.quick, "stand_in_delay_seconds": 0, "summary": summary, "cases": cases})
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

@@ -18,7 +18,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.clients.git_batcher import git_batch_workflow_id
-from tests.conftest import GitRemoteFixture
+from taskfleet.clients.orchestrator import start_board
+from taskfleet.core.boards import load_board
+from tests.conftest import GitRemoteFixture, eventually
 from tests.user_cli import TASKFLEET, LiveProcess, assert_one_line_refusal, taskfleet
 
 
@@ -117,6 +119,26 @@ async def test_failure_reasons_in_full_in_json_and_status_and_the_table_points_b
     status = json.loads(shown.stdout)
     assert status["status"] == "COMPLETED" and status["tasks"][0]["reason"] == reason
     assert status["counts"]["failed"] == 1 and "WARN" not in shown.stderr
+
+
+async def test_status_json_of_a_running_run_has_the_failed_tasks_reason(
+    server_address, task_queue, client, make_worker, git_remote: GitRemoteFixture, user_dir
+):
+    board = load_board(write_board(user_dir, [("R1", "`echo broken >&2; exit 4`"), ("R2", "`sleep 600`")]), run="true")
+    run_id = f"running-reasons-{task_queue}"
+    async with make_worker():
+        handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue, workflow_id=run_id)
+
+        async def failed_with_reason() -> None:
+            shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir, task_queue=task_queue)
+            assert shown.returncode == 0, shown.stderr
+            status = json.loads(shown.stdout)
+            assert status["status"] == "RUNNING"
+            r1 = next(t for t in status["tasks"] if t["id"] == "R1")
+            assert r1["status"] == "failed" and "exited with 4" in r1["reason"], r1
+
+        await eventually(failed_with_reason, timeout=60)
+        await handle.cancel()
 
 
 async def test_status_of_a_finished_run_answers_without_a_worker(

@@ -462,7 +462,7 @@ class OrchestratorWorkflow:
             p.failed_ids.append(outcome.id)
         self._unrecorded.append((outcome, row))
         self._unrecorded_bytes += 200 + len(outcome.id) + len(outcome.reason) + len(outcome.log_path) + len(outcome.commit)
-        self._recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed))
+        self._recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed, outcome.reason))
         if len(self._unrecorded) >= RECORD_BATCH_OUTCOMES or self._unrecorded_bytes >= RECORD_BATCH_BYTES:
             self._start_recorder()
 
@@ -793,7 +793,8 @@ class OrchestratorWorkflow:
             return OrchestratorProgress(
                 counts=self._counts(),
                 running=list(self._running),
-                tasks=[TaskProgress(t.id, t.status, t.landed) for t in self.s.outcomes.values()] + list(self._recent),
+                tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in self.s.outcomes.values()]
+                + list(self._recent),
                 pushes=self._pushes(),
                 run_ref=p.run_ref,
                 repo=self.params.repo,
@@ -803,7 +804,7 @@ class OrchestratorWorkflow:
         return OrchestratorProgress(
             counts=self._counts(),
             running=list(self._running),
-            tasks=[TaskProgress(t.id, t.status, t.landed) for t in self.s.outcomes.values()],
+            tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in self.s.outcomes.values()],
             pushes=len(self.s.landed_batches),
         )
 

@@ -85,7 +85,7 @@ def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
             counts[t.status] = counts.get(t.status, 0) + 1
             counts["landed"] += t.landed
     return OrchestratorProgress(
-        counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed) for t in result.tasks],
+        counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in result.tasks],
         pushes=result.stats.pushes, run_ref=result.run_ref, repo=result.repo,
         total=sum(counts[name] for name in ("pending", "running", "succeeded", "failed", "cancelled")),
         failed_ids=list(result.failed_ids),

@@ -217,6 +217,7 @@ class TaskProgress:
     id: str
     status: str
     landed: bool = False
+    reason: str = ""  # why it failed (or did not land), in full
 
 
 @dataclass
