@@ -21,12 +21,14 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Replayer, Worker, WorkerConfig, WorkflowReplayResult, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from taskfleet.activities.board_store import BoardStoreActivities
 from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
+from taskfleet.activities.task_group import TaskGroupActivities
 from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
@@ -63,6 +65,8 @@ class WorkerServices:
         self.lesson_activities = LessonsActivities(self.lessons)
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
         self.llm = LLMActivities(settings, LLMSettings(), self.lessons, self.templates, self.result_cache, self.tasks)
+        self.boards = BoardStoreActivities()
+        self.task_groups = TaskGroupActivities(self.tasks)
         self.started = False
 
     def activities(self) -> list[Callable]:
@@ -74,6 +78,11 @@ class WorkerServices:
             self.tasks.run_task,
             self.tasks.claim_branches,
             *self.llm.activities(),
+            self.boards.store_board,
+            self.boards.load_board_page,
+            self.boards.record_outcomes,
+            self.boards.read_outcomes,
+            self.task_groups.run_task_group,
         ]
 
     async def start(self) -> None:

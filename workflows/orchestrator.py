@@ -4,11 +4,21 @@ Each task is one `run_task` activity (worktree, executor, verification, commit);
 through the clone's `GitBatchWorkflow`, which signals `git_ops_landed` back here. History stays
 bounded: past the server's suggestion the workflow stops dispatching, lets running tasks finish,
 and continues as new with only what is not done yet, compact outcomes and counters.
+
+Boards by reference (runs started by this version): the board lives in the clone
+(`taskfleet.core.board_store`); the workflow loads it a page at a time as its window needs tasks,
+writes every finished task's outcome to the run store (`taskfleet.core.run_store`) in batches, and
+keeps only counters, the first failed ids and references, so neither its state nor any payload
+grows with the board. Tasks without a worktree run many per activity (a task group). Runs started
+before (no `taskfleet-board-pages` marker) replay the inline path unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections import deque
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from typing import Optional
 
@@ -19,9 +29,23 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from taskfleet.core.board_rows import check_board_settings
     from taskfleet.core.boards import BoardError, validate_board
     from taskfleet.core.errors import root_cause_message
     from taskfleet.core.ids import git_batch_workflow_id, landing_op_id, task_of_landing_op
+    from taskfleet.core.models.board_store import (
+        PAGE_MAX_BYTES,
+        RECORD_BATCH_OUTCOMES,
+        REASON_MAX_CHARS,
+        RESULT_MAX_TASKS,
+        BoardPage,
+        BoardPageRequest,
+        OutcomeBatch,
+        OutcomePage,
+        ReadOutcomesRequest,
+        RecordedBatch,
+        StoreBoardInput,
+    )
     from taskfleet.core.models.git_batch import OUTCOME_FAILED, GitOpsLanded, OpOutcome
     from taskfleet.core.models.orchestrator import (
         TASK_CANCELLED,
@@ -40,16 +64,25 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskSpec,
     )
+    from taskfleet.core.models.paging import FAILED_IDS_CAP, BoardReference, PagingState
+    from taskfleet.core.models.task_group import GROUP_MAX_TASKS, TaskGroupInput, TaskGroupResult
     from taskfleet.core.names import (
         ACTIVITY_CLAIM_BRANCHES,
+        ACTIVITY_LOAD_BOARD_PAGE,
+        ACTIVITY_READ_OUTCOMES,
+        ACTIVITY_RECORD_OUTCOMES,
         ACTIVITY_RUN_TASK,
+        ACTIVITY_RUN_TASK_GROUP,
+        ACTIVITY_STORE_BOARD,
         ORCHESTRATOR_WORKFLOW,
+        PATCH_BOARD_PAGES,
         PATCH_CLAIM_BRANCHES,
         PATCH_RUN_KEY_FIRST_RUN,
         QUERY_PROGRESS,
         SIGNAL_FLUSH,
         SIGNAL_GIT_OPS_LANDED,
     )
+    from taskfleet.core.store_refs import run_ref
 
 from taskfleet.workflows.activity_names import activity_name
 from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_llm_usage, run_llm_task
@@ -63,6 +96,17 @@ TASK_RETRY = RetryPolicy(
 CLAIM_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BranchesHeld"])
 # After a cancel: how long to wait for landing outcomes of ops already sent (they land anyway).
 CANCEL_LANDING_WAIT = timedelta(seconds=60)
+# The board store and the run store are the clone: a lock or a busy disk clears, so retry them
+# without a limit (outcomes are never dropped); a board that is not there never appears.
+STORE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30), non_retryable_error_types=["BoardStoreError"])
+# A board started by hand with inline JSON: up to this much (its tasks then move to the clone).
+INLINE_BOARD_MAX_BYTES = 256 * 1024
+RECORD_BATCH_BYTES = 128 * 1024  # of outcomes per append to the run store (estimated)
+BACKLOG_OUTCOMES = 4 * RECORD_BATCH_OUTCOMES  # dispatch waits while more are not yet recorded
+RECENT_FINISHED = 20  # finished tasks `progress` shows for a paged run
+RECENT_PUSHES = 64  # landed batch ids a paged run remembers (to count a push once)
+PREFETCH_BELOW = 200  # tasks left to start from the loaded pages when the next page is asked for
+GROUP_MAX_BYTES = 96 * 1024  # of task specs in one group's input
 
 
 def landed_commit(outcome: OpOutcome) -> str:
@@ -116,9 +160,25 @@ class OrchestratorWorkflow:
         # event instead of a walk over every task of a 2,000-task board.
         self._tally = {name: 0 for name in (TASK_PENDING, TASK_RUNNING, TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED)}
         self._tally["landed"] = 0
+        # Paged runs (boards by reference): the tally travels in the state, since outcomes do not.
+        self._rows: dict[str, int] = {}  # task id -> its row on the board (tasks loaded, not finished)
+        self._unrecorded: list[tuple[TaskOutcome, int]] = []  # finished, not yet in the run store
+        self._unrecorded_bytes = 0
+        self._recorder: Optional[asyncio.Task] = None
+        self._loader: Optional[asyncio.Task] = None  # the next page, being loaded
+        self._recent: deque[TaskProgress] = deque(maxlen=RECENT_FINISHED)
+        self._started_here = 0  # tasks this run started: a run starts some before it may continue as new
+        if self.s.paging is not None:
+            self._tally = self.s.paging.counts
+            self._rows = dict(self.s.paging.awaiting_rows)
+            return
         for outcome in self.s.outcomes.values():
             self._tally[outcome.status] += 1
             self._tally["landed"] += outcome.landed
+
+    @property
+    def _paged(self) -> bool:
+        return self.s.paging is not None
 
     def _set_status(self, outcome: TaskOutcome, status: str, reason: Optional[str] = None) -> None:
         self._tally[outcome.status] -= 1
@@ -133,9 +193,12 @@ class OrchestratorWorkflow:
             self.s.started_at = workflow.now().isoformat()
         if self.max_parallel < 1:
             raise ApplicationError("max_parallel must be at least 1", non_retryable=True)
-        if self.s.stats.runs == 1:
+        if self.s.stats.runs == 1 and not self._paged:
             try:  # started by hand with JSON, the input has not been through the board parser
-                validate_board(params.board, "OrchestratorWorkflow input")
+                if params.board_ref is None:
+                    validate_board(params.board, "OrchestratorWorkflow input")
+                else:  # the tasks are in the clone: each page is validated as it is loaded
+                    check_board_settings(params.board, "OrchestratorWorkflow input")
             except BoardError as err:
                 raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
             if not params.repo.startswith("/"):
@@ -148,7 +211,9 @@ class OrchestratorWorkflow:
                     f"{info.workflow_id}@{info.first_execution_run_id}"
                     if workflow.patched(PATCH_RUN_KEY_FIRST_RUN) else info.workflow_id
                 )
-            if workflow.patched(PATCH_CLAIM_BRANCHES):
+            if params.board_ref is not None or workflow.patched(PATCH_BOARD_PAGES):
+                await self._start_paging()  # branches are claimed a page at a time
+            elif workflow.patched(PATCH_CLAIM_BRANCHES):
                 await self._claim_branches()
         if not self.s.run_key:
             self.s.run_key = workflow.info().workflow_id  # continued from a run that predates the key
@@ -160,14 +225,17 @@ class OrchestratorWorkflow:
             params.board.name, len(self.s.pending), len(self.s.outcomes), self.max_parallel, self.s.stats.runs,
         )
         try:
-            await self._dispatch()
+            await (self._dispatch_pages() if self._paged else self._dispatch())
             if self._draining:
                 return await self._continue_as_new()
             await self._await_landing()
+            if self._paged:
+                await self._flush_outcomes()
+                return self._result(await self._small_run_outcomes())
         except asyncio.CancelledError:
             await self._cancel_everything()
             raise
-        return self._result()
+        return self._result(list(self.s.outcomes.values()))
 
     async def _claim_branches(self) -> None:
         """Refuse to start when another running run holds some of this board's branches."""
@@ -188,6 +256,278 @@ class OrchestratorWorkflow:
             raise ApplicationError(
                 f"board refused: {root_cause_message(err)}", type="BranchesHeld", non_retryable=True
             ) from None
+
+    # --- boards by reference: pages in, outcomes out -------------------------------------------------
+
+    async def _start_paging(self) -> None:
+        """Become a paged run: the board's tasks live in the clone, outcomes in the run store."""
+        params, info = self.params, workflow.info()
+        reference = params.board_ref
+        if reference is None:
+            # Started with the tasks inline (by hand, or an older client): store them once, so that
+            # continue-as-new never carries them.
+            size = len(json.dumps(asdict(params.board)))
+            if size > INLINE_BOARD_MAX_BYTES:
+                raise ApplicationError(
+                    f"board refused: an inline board may be at most {INLINE_BOARD_MAX_BYTES // 1024} KB of JSON, "
+                    f"this one is {size // 1024} KB; store it in the clone and start with its reference "
+                    f"(`taskfleet run` does; taskfleet.clients.board_store.store_board)",
+                    type="BoardError", non_retryable=True,
+                )
+            try:
+                reference = await workflow.execute_activity(
+                    ACTIVITY_STORE_BOARD, StoreBoardInput(repo=params.repo, board=params.board),
+                    result_type=BoardReference, start_to_close_timeout=timedelta(seconds=120),
+                    retry_policy=STORE_RETRY, summary=f"store board {params.board.name} in the clone",
+                )
+            except ActivityError as err:
+                raise ApplicationError(f"board refused: {root_cause_message(err)}", type="BoardError",
+                                       non_retryable=True) from None
+            self.params.board = replace(params.board, tasks=[])
+        self.tasks.clear()
+        self.s.pending, self.s.outcomes = [], {}
+        self._tally.update({name: 0 for name in self._tally})
+        self._tally[TASK_PENDING] = reference.open_tasks
+        self.s.paging = PagingState(
+            board=reference, run_ref=run_ref(info.workflow_id, info.first_execution_run_id), counts=self._tally
+        )
+
+    async def _dispatch_pages(self) -> None:
+        """The sliding window over a stored board: the next page is loaded while the window still
+        has tasks of the last one to start (so it never waits for a page), never more than that."""
+        p = self.s.paging
+        while True:
+            if not self.s.pending:
+                if self._loader is None:
+                    if p.load_from >= p.board.tasks:
+                        break
+                    if self._started_here and self._should_continue_as_new():
+                        self._draining = True
+                        break
+                    self._start_loader()
+                await self._loader
+                continue
+            await workflow.wait_condition(
+                lambda: len(self._running) < self.max_parallel and len(self._unrecorded) < BACKLOG_OUTCOMES
+            )
+            if self._started_here and self._should_continue_as_new():
+                self._draining = True
+                break
+            free = self.max_parallel - len(self._running)
+            group, size = [], 0
+            while self.s.pending and len(group) < min(self._group_size(), free) and self._groupable(self.s.pending[0]):
+                cost = len(json.dumps(vars(self.tasks[self.s.pending[0]])))
+                if group and size + cost > GROUP_MAX_BYTES:
+                    break  # the group's input stays one small payload
+                group.append(self.tasks[self.s.pending.pop(0)])
+                size += cost
+            if len(group) > 1:
+                handle = asyncio.create_task(self._run_group(group))
+                for task in group:
+                    self.s.outcomes[task.id] = TaskOutcome(id=task.id)
+                    self._running[task.id] = handle
+                p.group_runs += 1
+            else:
+                task = group[0] if group else self.tasks[self.s.pending.pop(0)]
+                self.s.outcomes[task.id] = TaskOutcome(id=task.id)
+                self._running[task.id] = asyncio.create_task(self._run_one(task))
+            self._started_here += 1
+            self.s.stats.max_running = max(self.s.stats.max_running, len(self._running))
+            if len(self.s.pending) < PREFETCH_BELOW and self._loader is None and p.load_from < p.board.tasks:
+                self._start_loader()
+            self._refresh_details()
+        await workflow.wait_condition(lambda: not self._running)
+
+    def _start_loader(self) -> None:
+        self._loader = asyncio.create_task(self._load_page())
+
+    def _group_size(self) -> int:
+        """Tasks per group: a quarter of the window (at least four groups in flight), at most 50."""
+        return min(GROUP_MAX_TASKS, max(1, self.max_parallel // 4))
+
+    def _groupable(self, task_id: str) -> bool:
+        task = self.tasks[task_id]
+        return not task.worktree and not getattr(task, "implementer", "")
+
+    async def _load_page(self) -> None:
+        p = self.s.paging
+        try:
+            page: BoardPage = await workflow.execute_activity(
+                ACTIVITY_LOAD_BOARD_PAGE,
+                BoardPageRequest(repo=self.params.repo, board_id=p.board.board_id, start=p.load_from),
+                result_type=BoardPage, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
+                summary=f"board rows {p.load_from}+",
+            )
+        except ActivityError as err:
+            raise ApplicationError(
+                f"board {p.board.board_id[:12]} cannot be read from {self.params.repo}: {root_cause_message(err)}",
+                type="BoardStoreError", non_retryable=True,
+            ) from None
+        for refused in page.refused:
+            if refused.index >= p.accounted:  # not counted yet (a resumed run reloads from its first pending row)
+                self._tally[TASK_PENDING] -= 1
+                self._tally[TASK_FAILED] += 1
+                self._record(TaskOutcome(id=refused.id, status=TASK_FAILED, reason=refused.reason), refused.index)
+        tasks = [(t, row) for t, row in zip(page.tasks, page.rows) if t.id not in self.tasks and t.id not in self.s.outcomes]
+        held = await self._claim_page([t for t, _ in tasks if t.worktree], first=p.accounted == 0)
+        for task, row in tasks:
+            if task.branch in held:
+                self._tally[TASK_PENDING] -= 1
+                self._tally[TASK_FAILED] += 1
+                self._record(TaskOutcome(id=task.id, status=TASK_FAILED, reason=held[task.branch]), row)
+                continue
+            self.tasks[task.id] = task
+            self._rows[task.id] = row
+            self.s.pending.append(task.id)
+        p.accounted = max(p.accounted, page.next)
+        p.load_from = page.next
+        self._loader = None
+
+    async def _claim_page(self, tasks: list[TaskSpec], first: bool) -> dict[str, str]:
+        """Claim a page's task branches (see `_claim_branches`); the branches another run holds,
+        with the reason. On the first page that refuses the board, as an inline board is refused."""
+        if not tasks:
+            return {}
+        info = workflow.info()
+        branches = [t.branch for t in tasks]
+        try:
+            await workflow.execute_activity(
+                ACTIVITY_CLAIM_BRANCHES,
+                BranchClaim(self.params.repo, branches, info.workflow_id, info.first_execution_run_id),
+                start_to_close_timeout=timedelta(seconds=120),
+                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
+                retry_policy=CLAIM_RETRY,
+                summary=f"claim {len(branches)} task branch(es)",
+            )
+        except ActivityError as err:
+            reason = root_cause_message(err)
+            if first:
+                raise ApplicationError(f"board refused: {reason}", type="BranchesHeld", non_retryable=True) from None
+            return {branch: reason[:REASON_MAX_CHARS] for branch in branches}
+        return {}
+
+    async def _run_group(self, tasks: list[TaskSpec]) -> None:
+        """Tasks without a worktree, several in one activity; each gets its own result."""
+        outcomes = [self.s.outcomes[t.id] for t in tasks]
+        for outcome in outcomes:
+            self._set_status(outcome, TASK_RUNNING)
+        summary = f"{len(tasks)} tasks: {tasks[0].id} .. {tasks[-1].id}"
+        try:
+            grouped: TaskGroupResult = await workflow.execute_activity(
+                ACTIVITY_RUN_TASK_GROUP,
+                # The template's own task is never run: a bare one keeps the payload to the tasks.
+                TaskGroupInput(template=self._task_input(TaskSpec(id=tasks[0].id)), tasks=tasks),
+                result_type=TaskGroupResult,
+                start_to_close_timeout=timedelta(seconds=2 * max(t.timeout_seconds for t in tasks) + 120),
+                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
+                retry_policy=TASK_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=summary[:100],
+            )
+        except asyncio.CancelledError:
+            for outcome in outcomes:
+                self._set_status(outcome, TASK_CANCELLED, "cancelled")
+        except ActivityError as err:
+            cancelled = isinstance(err.cause, CancelledError)
+            for outcome in outcomes:
+                self._set_status(outcome, TASK_CANCELLED if cancelled else TASK_FAILED,
+                                 "cancelled" if cancelled else root_cause_message(err))
+            workflow.logger.warning("group %s: %s", summary, outcomes[0].reason)
+        else:
+            results = {r.id: r for r in grouped.results}
+            for task, outcome in zip(tasks, outcomes):
+                result = results.get(task.id) or TaskResult(id=task.id, status=TASK_FAILED, reason="its group returned no result")
+                self._apply_result(task, outcome, result)
+        finally:
+            for task in tasks:
+                self._running.pop(task.id, None)
+                self._after_task(task.id)
+            self._refresh_details()
+
+    def _after_task(self, task_id: str) -> None:
+        """A paged run records a task's outcome once it is final: finished, and landed or not."""
+        if not self._paged or task_id in self._running or task_id not in self.s.outcomes:
+            return
+        if task_id in self.s.awaiting_landing.values():
+            return
+        outcome = self.s.outcomes.pop(task_id)
+        self.tasks.pop(task_id, None)
+        self._record(outcome, self._rows.pop(task_id, -1))
+
+    def _record(self, outcome: TaskOutcome, row: int) -> None:
+        """Queue a final outcome for the run store (appended in batches by `_record_loop`)."""
+        p = self.s.paging
+        outcome.reason = outcome.reason[:REASON_MAX_CHARS]
+        if outcome.status != TASK_SUCCEEDED and len(p.failed_ids) < FAILED_IDS_CAP:
+            p.failed_ids.append(outcome.id)
+        self._unrecorded.append((outcome, row))
+        self._unrecorded_bytes += 200 + len(outcome.id) + len(outcome.reason) + len(outcome.log_path) + len(outcome.commit)
+        self._recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed, outcome.reason))
+        if len(self._unrecorded) >= RECORD_BATCH_OUTCOMES or self._unrecorded_bytes >= RECORD_BATCH_BYTES:
+            self._start_recorder()
+
+    def _start_recorder(self) -> None:
+        if self._unrecorded and (self._recorder is None or self._recorder.done()):
+            self._recorder = asyncio.create_task(self._record_loop())
+
+    async def _record_loop(self) -> None:
+        """Append queued outcomes to the run store, a batch at a time, one append in flight."""
+        p = self.s.paging
+        while self._unrecorded:
+            batch, size = [], 0
+            for outcome, row in self._unrecorded[:RECORD_BATCH_OUTCOMES]:
+                cost = 200 + len(outcome.id) + len(outcome.reason) + len(outcome.log_path) + len(outcome.commit)
+                if batch and size + cost > RECORD_BATCH_BYTES:
+                    break
+                batch.append((outcome, row))
+                size += cost
+            await workflow.execute_activity(
+                ACTIVITY_RECORD_OUTCOMES,
+                OutcomeBatch(repo=self.params.repo, run_ref=p.run_ref, batch_id=str(p.batches),
+                             outcomes=[o for o, _ in batch], rows=[r for _, r in batch]),
+                result_type=RecordedBatch, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
+                summary=f"record {len(batch)} outcome(s)",
+            )
+            del self._unrecorded[: len(batch)]
+            self._unrecorded_bytes = max(0, self._unrecorded_bytes - size)
+            p.batches += 1
+            p.recorded += len(batch)
+
+    async def _flush_outcomes(self) -> None:
+        """Every final outcome in the run store (before continue-as-new and before the result)."""
+        while self._unrecorded or (self._recorder is not None and not self._recorder.done()):
+            self._start_recorder()
+            if self._recorder is not None:
+                await self._recorder
+
+    async def _small_run_outcomes(self) -> list[TaskOutcome]:
+        """A small run's outcomes for its result, read back in board order; none for a big run."""
+        p = self.s.paging
+        if p.recorded > RESULT_MAX_TASKS or not p.recorded:
+            return []
+        page: OutcomePage = await workflow.execute_activity(
+            ACTIVITY_READ_OUTCOMES,
+            ReadOutcomesRequest(repo=self.params.repo, run_ref=p.run_ref, max_bytes=PAGE_MAX_BYTES),
+            result_type=OutcomePage, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
+            summary="read the run's outcomes",
+        )
+        return page.outcomes if page.complete else []
+
+    async def _continue_paged(self) -> OrchestratorResult:
+        """Continue as new with where the run is on its board: no tasks, no finished outcomes."""
+        if self._loader is not None:
+            await self._loader
+        await self._flush_outcomes()
+        p = self.s.paging
+        if self.s.pending:  # loaded, never started: the next run loads them again
+            p.load_from = self._rows[self.s.pending[0]]
+        self.s.pending = []
+        p.awaiting_rows = {task_id: self._rows.get(task_id, -1) for task_id in self.s.outcomes}
+        self.s.stats.runs += 1
+        workflow.logger.info("continuing as new from row %d of %d", p.load_from, p.board.tasks)
+        workflow.continue_as_new(OrchestratorInput(**{
+            **self.params.__dict__, "board": replace(self.params.board, tasks=[]), "board_ref": p.board, "state": self.s,
+        }))
 
     # --- dispatch --------------------------------------------------------------------------------
 
@@ -213,22 +553,25 @@ class OrchestratorWorkflow:
             self._refresh_details()
         await workflow.wait_condition(lambda: not self._running)
 
+    def _task_input(self, task: TaskSpec) -> TaskInput:
+        return TaskInput(
+            task=task,
+            repo=self.params.repo,
+            remote=self.params.remote,
+            base=self.params.board.base,
+            land=self.params.board.land,
+            run_key=self.s.run_key,
+            reply_to=workflow.info().workflow_id,
+            git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
+            git_max_batch_size=self.params.git_max_batch_size,
+            git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
+        )
+
     async def _run_one(self, task: TaskSpec) -> None:
         outcome = self.s.outcomes[task.id]
         self._set_status(outcome, TASK_RUNNING)
         try:
-            task_input = TaskInput(
-                task=task,
-                repo=self.params.repo,
-                remote=self.params.remote,
-                base=self.params.board.base,
-                land=self.params.board.land,
-                run_key=self.s.run_key,
-                reply_to=workflow.info().workflow_id,
-                git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
-                git_max_batch_size=self.params.git_max_batch_size,
-                git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
-            )
+            task_input = self._task_input(task)
             if task.implementer == ANTHROPIC:  # the built-in Claude implementer runs as a child workflow
                 result = await run_llm_task(task_input, _summary(task))
             else:
@@ -251,34 +594,45 @@ class OrchestratorWorkflow:
                 self._set_status(outcome, TASK_FAILED, root_cause_message(err))
             workflow.logger.warning("task %s: %s", task.id, outcome.reason)
         else:
-            self._set_status(outcome, result.status)
-            outcome.commit, outcome.seconds, outcome.reason = result.commit, result.seconds, result.reason
-            outcome.cache_hit, outcome.log_path = result.cache_hit, result.log_path
-            stats = self.s.stats
-            stats.task_seconds += result.seconds
-            stats.work_seconds += (result.exec_seconds or 0.0) + (result.verify_seconds or 0.0)
-            stats.setup_seconds += result.setup_seconds
-            stats.wait_seconds += result.wait_seconds
-            add_llm_usage(self.s, outcome, result)
-            if result.status == TASK_SUCCEEDED:
-                self.s.stats.cache_hits += int(result.cache_hit)
-                self.s.stats.cache_misses += int(not result.cache_hit and not result.resumed)
-                if result.landing_op_id and not outcome.landed:
-                    self._expect_landing(task.id, result)
+            self._apply_result(task, outcome, result)
         finally:
             self._running.pop(task.id, None)
+            self._after_task(task.id)
             self._refresh_details()
+
+    def _apply_result(self, task: TaskSpec, outcome: TaskOutcome, result: TaskResult) -> None:
+        self._set_status(outcome, result.status)
+        outcome.commit, outcome.seconds, outcome.reason = result.commit, result.seconds, result.reason
+        outcome.cache_hit, outcome.log_path = result.cache_hit, result.log_path
+        stats = self.s.stats
+        stats.task_seconds += result.seconds
+        stats.work_seconds += (result.exec_seconds or 0.0) + (result.verify_seconds or 0.0)
+        stats.setup_seconds += result.setup_seconds
+        stats.wait_seconds += result.wait_seconds
+        add_llm_usage(self.s, outcome, result)
+        if result.status == TASK_SUCCEEDED:
+            self.s.stats.cache_hits += int(result.cache_hit)
+            self.s.stats.cache_misses += int(not result.cache_hit and not result.resumed)
+            if result.landing_op_id and not outcome.landed:
+                self._expect_landing(task.id, result)
 
     async def _cancel_everything(self) -> None:
         """Cancel running tasks and wait until each has cleaned up (killed its processes, removed
         its worktree); pending tasks never start. What landed stays landed."""
-        for handle in self._running.values():
+        handles = list(dict.fromkeys(self._running.values()))  # a task group runs several tasks
+        for handle in handles:
             handle.cancel()
-        if self._running:
-            await workflow.wait(list(self._running.values()))
+        if handles:
+            await workflow.wait(handles)
         for task_id in self.s.pending:
+            if self._paged:
+                self.s.outcomes[task_id] = TaskOutcome(id=task_id)
             self._set_status(self.s.outcomes[task_id], TASK_CANCELLED, "not started")
+            self._after_task(task_id)
         self.s.pending = []
+        if self._paged:  # rows never loaded: counted as cancelled (the run store lists what ran)
+            self._tally[TASK_CANCELLED] += self._tally[TASK_PENDING]
+            self._tally[TASK_PENDING] = 0
         if self.s.awaiting_landing:
             # Ops already sent land anyway (a push may be in flight): wait, bounded, for their
             # outcomes so that what the run reports as landed is what the remote holds.
@@ -294,6 +648,12 @@ class OrchestratorWorkflow:
             except asyncio.TimeoutError:
                 for task_id in self.s.awaiting_landing.values():
                     self.s.outcomes[task_id].reason = "cancelled before its landing was reported"
+        if self._paged:
+            waiting = list(self.s.awaiting_landing.values())
+            self.s.awaiting_landing.clear()
+            for task_id in waiting:
+                self._after_task(task_id)
+            await self._flush_outcomes()
 
     # --- landing ---------------------------------------------------------------------------------
 
@@ -346,6 +706,12 @@ class OrchestratorWorkflow:
         del self.s.awaiting_landing[op_id]
         self.s.landing_commits.pop(op_id, None)
         self.s.landing_sent_at.pop(op_id, None)
+        if self._paged and len(self.s.landed_batches) > RECENT_PUSHES:
+            # Counted, then forgotten: landings of one batch arrive together, so the last few ids
+            # are enough to count each push once.
+            del self.s.landed_batches[0]
+            self.s.paging.pushes_forgotten += 1
+        self._after_task(task_id)
 
     async def _await_landing(self) -> None:
         """Wait (bounded) until every landing op this run sent has been reported."""
@@ -363,16 +729,21 @@ class OrchestratorWorkflow:
                 timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s",
             )
         except asyncio.TimeoutError:
-            for task_id in self.s.awaiting_landing.values():
+            expired = list(self.s.awaiting_landing.values())
+            for task_id in expired:
                 outcome = self.s.outcomes[task_id]
                 outcome.reason = f"not landed within {timeout:g}s" + (f" ({outcome.reason})" if outcome.reason else "")
             self.s.awaiting_landing.clear()
+            for task_id in expired:
+                self._after_task(task_id)
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     # --- continue-as-new, results, queries ---------------------------------------------------------
 
     async def _continue_as_new(self) -> OrchestratorResult:
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._paged:
+            return await self._continue_paged()
         self.s.stats.runs += 1
         pending = set(self.s.pending)
         board = self.params.board
@@ -386,28 +757,50 @@ class OrchestratorWorkflow:
             OrchestratorInput(**{**self.params.__dict__, "board": board, "state": self.s})
         )
 
-    def _result(self) -> OrchestratorResult:
+    def _result(self, tasks: list[TaskOutcome]) -> OrchestratorResult:
         stats = self.s.stats
         started = datetime.fromisoformat(self.s.started_at)
         stats.wall_seconds = round((workflow.now() - started).total_seconds(), 3)
         # Speed-up over the tasks' own work (executor + verification), not over time spent waiting
         # for taskfleet: that is reported per task beside it.
         stats.speedup = round(stats.work_seconds / stats.wall_seconds, 2) if stats.wall_seconds else 0.0
-        done = sum(1 for t in self.s.outcomes.values() if t.status in (TASK_SUCCEEDED, TASK_FAILED))
+        done = self._tally[TASK_SUCCEEDED] + self._tally[TASK_FAILED]
         if done:
             own = max(stats.task_seconds - stats.work_seconds, 0.0) + stats.wait_seconds + stats.landing_seconds
             stats.overhead_seconds_per_task = round(own / done, 4)
-        stats.pushes = len(self.s.landed_batches)
+        stats.pushes = self._pushes()
         stats.network_savings = max(self._tally["landed"] - stats.pushes, 0)
         stats.largest_history_length = max(stats.largest_history_length, workflow.info().get_current_history_length())
-        return OrchestratorResult(tasks=list(self.s.outcomes.values()), stats=stats)
+        p = self.s.paging
+        if p is None:
+            return OrchestratorResult(tasks=tasks, stats=stats)
+        return OrchestratorResult(tasks=tasks, stats=stats, run_ref=p.run_ref, repo=self.params.repo,
+                                  recorded=p.recorded, counts=dict(self._tally), failed_ids=list(p.failed_ids))
+
+    def _pushes(self) -> int:
+        forgotten = self.s.paging.pushes_forgotten if self.s.paging else 0
+        return len(self.s.landed_batches) + forgotten
 
     def _counts(self) -> dict[str, int]:
         return dict(self._tally)
 
     @workflow.query(name=QUERY_PROGRESS)
     def progress(self) -> OrchestratorProgress:
-        """Counts by state (and landed), running tasks, and every task's status."""
+        """Counts by state (and landed), running tasks, and every task's status (a paged run: the
+        tasks in flight and the last few finished; the run store has every finished one)."""
+        p = self.s.paging
+        if p is not None:
+            return OrchestratorProgress(
+                counts=self._counts(),
+                running=list(self._running),
+                tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in self.s.outcomes.values()]
+                + list(self._recent),
+                pushes=self._pushes(),
+                run_ref=p.run_ref,
+                repo=self.params.repo,
+                total=p.board.open_tasks,
+                failed_ids=list(p.failed_ids),
+            )
         return OrchestratorProgress(
             counts=self._counts(),
             running=list(self._running),
@@ -422,6 +815,6 @@ class OrchestratorWorkflow:
             f"**{self.params.board.name}** on `{self.params.repo}`\n\n"
             f"- pending {c[TASK_PENDING]}, running {c[TASK_RUNNING]} (max {self.max_parallel})\n"
             f"- succeeded {c[TASK_SUCCEEDED]}, failed {c[TASK_FAILED]}, cancelled {c[TASK_CANCELLED]}\n"
-            f"- landed {c['landed']} in {len(self.s.landed_batches)} push(es)\n"
+            f"- landed {c['landed']} in {self._pushes()} push(es)\n"
             + (f"- running: {', '.join(running[:10])}\n" if running else "")
         )

@@ -9,7 +9,6 @@ import signal
 import sys
 import textwrap
 import time
-from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -19,8 +18,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.cli.common import client_for
 from taskfleet.cli.preflight import check_clone
+from taskfleet.clients.board_store import StoredBoard, board_settings, read_board_head, store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.pollers import workflow_pollers
+from taskfleet.clients.run_store import RunStoreError, write_result_json, write_status_json
 from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.boards import BoardError, load_board
 from taskfleet.core.models.orchestrator import (
@@ -77,13 +78,50 @@ def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
 def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
     """The progress a finished run would answer, from its result: no query, so no worker needed."""
     counts = {name: 0 for name in ("pending", "running", "succeeded", "failed", "cancelled", "landed")}
-    for t in result.tasks:
-        counts[t.status] = counts.get(t.status, 0) + 1
-        counts["landed"] += t.landed
+    if result.counts:  # a paged run counts every task, listed or not
+        counts.update(result.counts)
+    else:
+        for t in result.tasks:
+            counts[t.status] = counts.get(t.status, 0) + 1
+            counts["landed"] += t.landed
     return OrchestratorProgress(
         counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in result.tasks],
-        pushes=result.stats.pushes,
+        pushes=result.stats.pushes, run_ref=result.run_ref, repo=result.repo,
+        total=sum(counts[name] for name in ("pending", "running", "succeeded", "failed", "cancelled")),
+        failed_ids=list(result.failed_ids),
     )
+
+
+def run_succeeded(result: OrchestratorResult) -> bool:
+    if result.counts:
+        return result.counts.get("failed", 0) == 0 and result.counts.get("cancelled", 0) == 0
+    return all(t.status == "succeeded" for t in result.tasks)
+
+
+def big_run_summary(result: OrchestratorResult, workflow_id: str) -> str:
+    """A run too big to list task by task: its counts, the first failed ids, where the rest is."""
+    c = result.counts
+    s = result.stats
+    lines = [
+        f"{c.get('succeeded', 0)} succeeded, {c.get('failed', 0)} failed, {c.get('cancelled', 0)} cancelled, "
+        f"{c.get('landed', 0)} landed",
+    ]
+    if result.failed_ids:
+        more = c.get("failed", 0) + c.get("cancelled", 0) - len(result.failed_ids)
+        lines.append("failed: " + ", ".join(result.failed_ids) + (f" and {more} more" if more > 0 else ""))
+    lines.append(f"every task's outcome: `taskfleet status {workflow_id} --json` (run store {result.run_ref})")
+    lines.append("")
+    lines.append(
+        f"wall {s.wall_seconds:.2f}s, task time {s.task_seconds:.2f}s, speed-up {s.speedup:.2f}x, "
+        f"pushes {s.pushes} (saved {s.network_savings}), cache hits {s.cache_hits}, "
+        f"history runs {s.runs} (largest {s.largest_history_length} events)"
+    )
+    return "\n".join(lines)
+
+
+def _summary(result: OrchestratorResult, workflow_id: str) -> str:
+    listed = not result.run_ref or len(result.tasks) >= result.recorded
+    return summary_table(result) if listed else big_run_summary(result, workflow_id)
 
 
 def _how_to_follow(args: argparse.Namespace, workflow_id: str) -> str:
@@ -151,6 +189,12 @@ def _board_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _own_verification_of_file(args: argparse.Namespace, settings: Board) -> list[str]:
+    if not args.verify or settings.format != "markdown":
+        return []
+    return _own_verification(args, load_board(args.board, **_board_overrides(args)))
+
+
 def _own_verification(args: argparse.Namespace, board: Board) -> list[str]:
     """Open tasks of a markdown board that keep their own Verification command despite --verify."""
     if not args.verify or board.format != "markdown":
@@ -163,13 +207,23 @@ def _print_json(value: Any) -> None:
 
 
 async def run_board(args: argparse.Namespace) -> int:
+    board: Board | StoredBoard
     try:
-        board = load_board(args.board, **_board_overrides(args))
+        if args.no_check:
+            # The clone is on the worker's machine only: the tasks go inline (the workflow takes
+            # up to 256 KB of them, stores them in the clone, then runs them like any board).
+            board = load_board(args.board, **_board_overrides(args))
+            settings, repo = board, args.repo
+        else:
+            settings = board_settings(read_board_head(args.board, **_board_overrides(args)), str(args.board))
+            repo = check_clone(args.repo, settings.base, args.remote)
+            # Stored in the clone a line at a time: the CLI never holds the board, the workflow
+            # starts with its reference and loads it a page at a time.
+            board = store_board_file(args.board, repo, **_board_overrides(args))
     except BoardError as err:
         print(f"taskfleet: board refused: {err}", file=sys.stderr)
         return 2
-    repo = check_clone(args.repo, board.base, args.remote) if not args.no_check else args.repo
-    own = _own_verification(args, board)
+    own = _own_verification(args, settings) if isinstance(board, Board) else _own_verification_of_file(args, settings)
     if own:
         # The cell is the more specific setting, so it wins; say so rather than ignore --verify silently.
         print(f"taskfleet: --verify applies to the other tasks; {', '.join(own)} keep the command in their "
@@ -188,7 +242,7 @@ async def run_board(args: argparse.Namespace) -> int:
         print(f"taskfleet: a run with id {args.id} is still running; "
               f"{_how_to_follow(args, args.id)}, or pick another --id", file=sys.stderr)
         return 2
-    open_tasks = sum(1 for t in board.tasks if not t.done)
+    open_tasks = board.reference.open_tasks if isinstance(board, StoredBoard) else sum(1 for t in board.tasks if not t.done)
     if not args.json:
         print(f"started {handle.id} ({open_tasks} tasks); `taskfleet status {handle.id}` to check on it", file=sys.stderr)
     stop = asyncio.Event()
@@ -207,11 +261,16 @@ async def run_board(args: argparse.Namespace) -> int:
         print(f"taskfleet: stopped watching {handle.id}; the run goes on without this command: "
               f"{_how_to_follow(args, handle.id)}", file=sys.stderr, flush=True)
         return 130
-    if args.json:
-        _print_json(asdict(result))
-    else:
-        print(summary_table(result), flush=True)
-    return 0 if all(t.status == "succeeded" for t in result.tasks) else 1
+    try:
+        if args.json:
+            write_result_json(sys.stdout, result)
+            sys.stdout.flush()
+        else:
+            print(_summary(result, handle.id), flush=True)
+    except RunStoreError as err:
+        print(f"\ntaskfleet: {handle.id} finished, but its outcomes cannot be read from here: {err}", file=sys.stderr)
+        return 1
+    return 0 if run_succeeded(result) else 1
 
 
 async def status(args: argparse.Namespace) -> int:
@@ -247,16 +306,17 @@ async def status(args: argparse.Namespace) -> int:
             _print_json({"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0})
         return 1
     if args.json:
-        out: dict[str, Any] = {"status": state, **asdict(p)}
-        if result is not None:  # the full outcomes, reasons included
-            out["tasks"] = [asdict(t) for t in result.tasks]
-            out["stats"] = asdict(result.stats)
-        _print_json(out)
+        try:  # every task's outcome, streamed from the run store (a big run's are only there)
+            write_status_json(sys.stdout, state, p, result)
+            sys.stdout.flush()
+        except RunStoreError as err:
+            print(f"\ntaskfleet: {args.workflow_id}: its outcomes cannot be read from here: {err}", file=sys.stderr)
+            return 1
         return 0
     print(f"{args.workflow_id}: {state}")
-    print(progress_line(p, len(p.tasks)))
+    print(progress_line(p, p.total or len(p.tasks)))
     if result is not None:
-        print(summary_table(result))
+        print(_summary(result, args.workflow_id))
     else:
         for t in p.tasks:
             print(f"  {t.id:<20} {t.status:<10} {'landed' if t.landed else ''}")

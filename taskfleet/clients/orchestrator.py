@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from datetime import timedelta
@@ -10,6 +11,8 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import TypedSearchAttributes
 
+from taskfleet.clients.board_store import StoredBoard, store_board
+from taskfleet.core.git_objects import is_repository
 from taskfleet.core.ids import orchestrator_workflow_id
 from taskfleet.core.models.orchestrator import (
     Board,
@@ -23,22 +26,30 @@ from taskfleet.core.search_attributes import is_unknown_search_attribute, tagged
 
 async def start_board(
     client: Client,
-    board: Board,
+    board: Board | StoredBoard,
     repo: str,
     task_queue: str = DEFAULT_TASK_QUEUE,
     workflow_id: str | None = None,
     **options_for_input: Any,
 ) -> WorkflowHandle[Any, OrchestratorResult]:
+    """Start a board. Its tasks go by reference (stored in the clone first, when the clone is
+    reachable from here); otherwise inline, which the workflow takes up to 256 KB of JSON."""
     repo = os.path.abspath(repo)
-    workflow_id = workflow_id or orchestrator_workflow_id(board.name, uuid.uuid4().hex[:8])
-    open_tasks = sum(1 for t in board.tasks if not t.done)
+    if isinstance(board, Board) and is_repository(repo):
+        board = await asyncio.to_thread(store_board, board, repo)
+    if isinstance(board, StoredBoard):
+        name, open_tasks = board.settings.name, board.reference.open_tasks
+        params = OrchestratorInput(board=board.settings, board_ref=board.reference, repo=repo, **options_for_input)
+    else:
+        name, open_tasks = board.name, sum(1 for t in board.tasks if not t.done)
+        params = OrchestratorInput(board=board, repo=repo, **options_for_input)
+    workflow_id = workflow_id or orchestrator_workflow_id(name, uuid.uuid4().hex[:8])
     options: dict[str, Any] = dict(
         id=workflow_id,
         task_queue=task_queue,
         result_type=OrchestratorResult,
-        static_summary=f"board {board.name}: {open_tasks} tasks on {repo}",
+        static_summary=f"board {name}: {open_tasks} tasks on {repo}",
     )
-    params = OrchestratorInput(board=board, repo=repo, **options_for_input)
     try:
         return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params, search_attributes=tagged("board", repo), **options)
     except Exception as err:

@@ -64,3 +64,12 @@ PATCH_PREFIXED_ACTIVITIES = "taskfleet-prefixed-activity-names"
 # Orchestrator changes guarded for replay (each id is recorded in the histories that use it).
 PATCH_RUN_KEY_FIRST_RUN = "taskfleet-run-key-first-run-id"
 PATCH_CLAIM_BRANCHES = "taskfleet-claim-branches"
+
+# --- boards by reference and the run store (issue 15) ------------------------------------------
+ACTIVITY_STORE_BOARD = "taskfleet_store_board"
+ACTIVITY_LOAD_BOARD_PAGE = "taskfleet_load_board_page"
+ACTIVITY_RECORD_OUTCOMES = "taskfleet_record_outcomes"
+ACTIVITY_READ_OUTCOMES = "taskfleet_read_outcomes"
+ACTIVITY_RUN_TASK_GROUP = "taskfleet_run_task_group"
+# A run started by this version reads its board in pages and keeps outcomes in the run store.
+PATCH_BOARD_PAGES = "taskfleet-board-pages"

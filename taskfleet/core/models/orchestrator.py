@@ -5,6 +5,8 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
+from taskfleet.core.models.paging import BoardReference, PagingState
+
 TASK_SUCCEEDED = "succeeded"
 TASK_FAILED = "failed"
 TASK_CANCELLED = "cancelled"
@@ -116,6 +118,9 @@ class OrchestratorState:
     landing_sent_at: dict[str, float] = field(default_factory=dict)
     run_key: str = ""  # set once by the first run: `<workflow id>@<first run id>`
     llm_batch_ids: list[str] = field(default_factory=list)  # distinct Message Batches used
+    # A paged run (boards by reference): `pending` and `outcomes` hold only the tasks in flight;
+    # every finished task's outcome is in the run store.
+    paging: Optional[PagingState] = None
 
 
 @dataclass
@@ -131,6 +136,8 @@ class OrchestratorInput:
     heartbeat_timeout_seconds: float = 30.0
     max_history_events: int = 0  # test hook: continue-as-new past this many events
     state: Optional[OrchestratorState] = None
+    # The board stored in the clone (`board` then holds only its board-wide settings, no tasks).
+    board_ref: Optional[BoardReference] = None
 
 
 @dataclass
@@ -196,6 +203,13 @@ class BranchClaim:
 class OrchestratorResult:
     tasks: list[TaskOutcome]
     stats: OrchestratorStats
+    # Paged runs: where every task's outcome is (`taskfleet.clients.run_store`); `tasks` lists them
+    # only when `recorded` is small (RESULT_MAX_TASKS), else it is empty.
+    run_ref: str = ""
+    repo: str = ""
+    recorded: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    failed_ids: list[str] = field(default_factory=list)  # the first FAILED_IDS_CAP
 
 
 @dataclass
@@ -210,5 +224,9 @@ class TaskProgress:
 class OrchestratorProgress:
     counts: dict[str, int]
     running: list[str]
-    tasks: list[TaskProgress]
+    tasks: list[TaskProgress]  # paged runs: the tasks in flight and the last few finished
     pushes: int = 0
+    run_ref: str = ""  # paged runs: the run store (every finished task's outcome)
+    repo: str = ""
+    total: int = 0  # open tasks on the board
+    failed_ids: list[str] = field(default_factory=list)  # the first FAILED_IDS_CAP

@@ -1,0 +1,89 @@
+"""Client side of the run store: stream every task's outcome of a run, without holding them all.
+
+`taskfleet status --json` and `taskfleet run --json` print a run's `tasks` from here: the workflow
+keeps only counters, failed ids up to a cap and the store's ref.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any, TextIO
+
+from taskfleet.core.models.orchestrator import OrchestratorProgress, OrchestratorResult
+from taskfleet.core.run_store import RunStoreError, iter_outcomes, run_ref
+
+__all__ = [
+    "RunStoreError", "iter_run_outcomes", "run_outcomes", "run_ref", "write_json_with_tasks", "write_result_json",
+    "write_status_json",
+]
+
+
+def iter_run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
+    """Every recorded outcome of the run, as the JSON objects `run --json` prints, oldest first."""
+    return iter_outcomes(repo, ref)
+
+
+def write_json_with_tasks(out: TextIO, head: dict[str, Any], tasks: Iterator[dict[str, Any]], tail: dict[str, Any],
+                          indent: int = 2) -> int:
+    """Print `{**head, "tasks": [...], **tail}` as indented JSON, one task at a time; tasks written.
+
+    The same text `json.dumps(..., indent=2)` prints for the whole object, without building it.
+    """
+    pad = " " * indent
+    out.write("{\n")
+    for key, value in head.items():
+        out.write(f"{pad}{json.dumps(key)}: {_nested(value, indent)},\n")
+    out.write(f'{pad}"tasks": [')
+    count = 0
+    for task in tasks:
+        out.write(("," if count else "") + f"\n{pad * 2}{_nested(task, indent * 2)}")
+        count += 1
+    out.write(f"\n{pad}]" if count else "]")
+    for key, value in tail.items():
+        out.write(f",\n{pad}{json.dumps(key)}: {_nested(value, indent)}")
+    out.write("\n}\n")
+    return count
+
+
+def _nested(value: Any, depth: int) -> str:
+    """`value` as indented JSON, placed `depth` spaces in."""
+    return json.dumps(value, indent=2).replace("\n", "\n" + " " * depth)
+
+
+def run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
+    """Stored outcomes as `run --json` lists tasks (the TaskOutcome fields; the board row left out)."""
+    for outcome in iter_outcomes(repo, ref):
+        outcome.pop("row", None)
+        yield outcome
+
+
+def write_result_json(out: TextIO, result: OrchestratorResult) -> int:
+    """`run --json`: the result object; a big run's `tasks` streamed from its run store."""
+    data = asdict(result)
+    tasks = data.pop("tasks")
+    if not result.run_ref or len(tasks) >= result.recorded:
+        out.write(json.dumps({"tasks": tasks, **data}, indent=2) + "\n")
+        return len(tasks)
+    return write_json_with_tasks(out, {}, run_outcomes(result.repo, result.run_ref), data)
+
+
+def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
+                      result: OrchestratorResult | None = None) -> int:
+    """`status --json`: state and progress; `tasks` every outcome in the run store (a running run:
+    then the tasks in flight), or the result's tasks for a run that predates the store."""
+    data = asdict(progress)
+    data.pop("tasks")
+    head = {"status": state, "counts": data.pop("counts"), "running": data.pop("running")}
+    tail = {**data, **({"stats": asdict(result.stats)} if result is not None else {})}
+    if not progress.run_ref:  # an inline run of an older version: everything is in the result/progress
+        tasks: Iterator[dict[str, Any]] = iter(
+            [asdict(t) for t in result.tasks] if result is not None else [asdict(t) for t in progress.tasks]
+        )
+    else:
+        finished = run_outcomes(progress.repo, progress.run_ref)
+        in_flight = (asdict(t) for t in progress.tasks if t.status in ("pending", "running")) if result is None else iter(())
+        tasks = itertools.chain(finished, in_flight)
+    return write_json_with_tasks(out, head, tasks, tail)

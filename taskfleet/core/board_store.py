@@ -1,0 +1,188 @@
+"""Boards by reference: a board stored in the clone's object store, read a page at a time.
+
+A stored board is a git tree, named by its id and kept by `refs/taskfleet/boards/<id>`:
+
+    board.json             {"version", "name", "format", "rows", "source", "settings", "tasks",
+                            "pages": [[first row, rows], ...]}
+    pages/000000000.jsonl  one row per line: {"n", "line", "row": {...}} or {"n", "line", "id", "error"}
+
+Why JSON lines of the rows as written (not the TOML text, not validated specs): a page is found
+from the manifest and read as one blob, in time and memory of that page alone (TOML cannot be
+parsed from the middle); each row keeps its source line, so a bad task fails alone naming it; and
+the worker that loads the page applies the board's defaults and rules itself, exactly as the
+parser does for a whole board. Content-addressed: the same board stored twice is the same id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from taskfleet.core.board_rows import BoardHead, RawTask, task_from_row
+from taskfleet.core.boards import BoardError
+from taskfleet.core.git_objects import (
+    GitStoreError,
+    ObjectReader,
+    keep,
+    object_reader,
+    write_blob,
+    write_tree,
+)
+from taskfleet.core.models.board_store import (
+    REASON_MAX_CHARS,
+    TASK_MAX_BYTES,
+    BoardPage,
+    BoardPageRequest,
+    BoardReference,
+    RefusedTask,
+)
+from taskfleet.core.store_refs import board_ref
+
+FORMAT_VERSION = 1
+STORE_PAGE_ROWS = 500  # rows per stored page blob
+STORE_PAGE_BYTES = 256 * 1024  # or fewer, when rows are big
+
+
+class BoardStoreError(RuntimeError):
+    """A stored board cannot be read (missing clone, unknown id, damaged store): one clear line."""
+
+
+def _page_name(first_row: int) -> str:
+    return f"pages/{first_row:09d}.jsonl"
+
+
+def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: str = "") -> BoardReference:
+    """Store a scanned board (`board_rows.scan_*`) in the clone, a page at a time; its reference.
+
+    Holds one page in memory; BoardError from the scan (a board-wide problem) stops it before the
+    reference exists (the blobs already written are unreachable and go with the next `git gc`).
+    """
+    iterator = iter(items)
+    head = next(iterator)
+    if not isinstance(head, BoardHead):
+        raise TypeError("a scanned board starts with its BoardHead")
+    entries: list[tuple[str, str]] = []
+    pages: list[list[int]] = []
+    page: list[bytes] = []
+    page_bytes = 0
+    total = 0
+    done = 0
+
+    def flush() -> None:
+        nonlocal page, page_bytes
+        if page:
+            first = total - len(page)
+            entries.append((_page_name(first).split("/", 1)[1], write_blob(repo, b"".join(page))))
+            pages.append([first, len(page)])
+            page, page_bytes = [], 0
+
+    for item in iterator:
+        if not isinstance(item, RawTask):
+            raise TypeError("a scanned board has one BoardHead")
+        line = (item.to_json() + "\n").encode()
+        if page and (len(page) >= STORE_PAGE_ROWS or page_bytes + len(line) > STORE_PAGE_BYTES):
+            flush()
+        page.append(line)
+        page_bytes += len(line)
+        total += 1
+        done += bool(item.row and item.row.get("done") is True)
+    flush()
+    if not total:
+        raise BoardError(f"{source or head.name}: the board has no tasks")
+    manifest = {
+        "version": FORMAT_VERSION, "name": head.name, "format": head.format, "rows": head.rows,
+        "source": source, "settings": head.settings, "tasks": total, "open": total - done,
+        "pages": pages,
+    }
+    manifest_blob = write_blob(repo, json.dumps(manifest, sort_keys=True).encode())
+    tree = write_tree(repo, [("board.json", manifest_blob)], [("pages", write_tree(repo, entries))])
+    keep(repo, board_ref(tree), tree)
+    return BoardReference(board_id=tree, tasks=total, open_tasks=total - done, name=head.name, format=head.format,
+                          source=source)
+
+
+class BoardReader:
+    """Reads one stored board's pages; the manifest is read once (a board never changes)."""
+
+    def __init__(self, repo: str | Path, board_id: str, objects: ObjectReader) -> None:
+        self.repo, self.board_id, self.objects = str(repo), board_id, objects
+        data = self._read("board.json")
+        try:
+            manifest = json.loads(data)
+        except ValueError:
+            raise BoardStoreError(f"board {board_id} in {repo}: its board.json is not JSON") from None
+        if manifest.get("version") != FORMAT_VERSION:
+            raise BoardStoreError(
+                f"board {board_id} in {repo}: format version {manifest.get('version')!r}; this worker reads {FORMAT_VERSION}"
+            )
+        self.manifest: dict[str, Any] = manifest
+        self.head = BoardHead(format=manifest["format"], name=manifest["name"], settings=manifest["settings"],
+                              rows=manifest["rows"])
+        self.source = manifest.get("source") or manifest["name"]
+        self.total: int = manifest["tasks"]
+
+    def _read(self, path: str) -> bytes:
+        try:
+            data = self.objects.read(f"{self.board_id}:{path}")
+        except GitStoreError as err:
+            raise BoardStoreError(str(err)) from None
+        if data is None:
+            raise BoardStoreError(f"no stored board {self.board_id} in {self.repo} (missing {path})")
+        return data
+
+    def rows(self, start: int) -> Iterable[tuple[int, RawTask]]:
+        """Rows from index `start` to the end, a page blob at a time."""
+        for first, count in self.manifest["pages"]:
+            if first + count <= start:
+                continue
+            lines = self._read(_page_name(first)).splitlines()
+            for offset in range(max(start - first, 0), count):
+                yield first + offset, RawTask.from_json(lines[offset])
+
+    def page(self, request: BoardPageRequest) -> BoardPage:
+        """Rows from `request.start`, validated one by one, until `max_tasks` rows or `max_bytes`."""
+        page = BoardPage(start=request.start, next=request.start, total=self.total)
+        used = 0
+        for index, raw in self.rows(request.start):
+            if index - request.start >= request.max_tasks:
+                break
+            item: Any
+            try:
+                spec = task_from_row(raw, self.head, self.source)
+                size = len(json.dumps(vars(spec)))  # flat: cheaper than asdict
+                if size > TASK_MAX_BYTES:
+                    raise BoardError(
+                        f"{_where(self.source, raw)}: task {spec.id} is {size // 1024} KB as JSON; a task may be at most "
+                        f"{TASK_MAX_BYTES // 1024} KB (put long templates in the templates folder)"
+                    )
+                item = None if spec.done else spec
+            except BoardError as err:
+                reason = str(err)
+                if len(reason) > REASON_MAX_CHARS:
+                    reason = reason[: REASON_MAX_CHARS - 3] + "..."
+                item = RefusedTask(index=index, id=raw.id or f"row-{raw.number}", line=raw.line, reason=reason)
+                size = len(json.dumps(vars(item)))
+            if page.next > request.start and used + size > request.max_bytes:
+                break
+            used += size
+            if item is None:
+                page.done += 1
+            elif isinstance(item, RefusedTask):
+                page.refused.append(item)
+            else:
+                page.tasks.append(item)
+                page.rows.append(index)
+            page.next = index + 1
+        return page
+
+
+def _where(source: str, raw: RawTask) -> str:
+    return f"{source}:{raw.line}" if raw.line else f"{source}: task #{raw.number}"
+
+
+def read_page(request: BoardPageRequest) -> BoardPage:
+    """One page of a stored board (what the `taskfleet_load_board_page` activity returns)."""
+    with object_reader(request.repo) as objects:
+        return BoardReader(request.repo, request.board_id, objects).page(request)
