@@ -270,3 +270,19 @@ async def test_continue_as_new_keeps_the_holder_and_the_waiters(client: Client, 
     w2 = await asyncio.wait_for(waiting[1], 30)
     assert w2.token == first.token + 2
     await lock.release(w2)
+
+
+async def test_an_idle_lock_can_close_itself_and_starts_again_on_use(client: Client, task_queue: str, lock_worker):
+    name = resource()
+    lock = make_lock(client, task_queue, name, config=LeaseLockConfig(resource=name, close_after_idle_seconds=1))
+    lease = await lock.acquire("once")
+    await lock.release(lease)
+
+    async def closed() -> None:
+        description = await lock._handle().describe()
+        assert description.status.name == "COMPLETED", description.status
+
+    await eventually(closed, timeout=30)
+    again = await lock.acquire("later")  # update-with-start: a new run
+    assert again.token == 1
+    await lock.release(again)

@@ -113,6 +113,12 @@ class LeaseLockWorkflow:
                 pass
             self._rearm = False
             self._tick()
+            if self._idle_long_enough():
+                # Every handler has returned and nobody came back meanwhile: the resource is done.
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._idle_long_enough():
+                    workflow.logger.info("lock %s idle: closing", self.config.resource)
+                    return
             if self._cas_due():
                 # Waiting acquire calls answer `waiting` (their place is carried in the state) and
                 # the client asks the next run; every handler has returned before we hand over.
@@ -136,9 +142,18 @@ class LeaseLockWorkflow:
         limit = self.config.max_history_events
         return bool(limit) and info.get_current_history_length() >= limit
 
+    def _idle_long_enough(self) -> bool:
+        limit = self.config.close_after_idle_seconds
+        if not limit or self.s.holder is not None or self.s.waiters or self._polls or not self.s.idle_since:
+            return False
+        return workflow.now() >= _at(self.s.idle_since) + timedelta(seconds=limit)
+
     def _next_deadline(self) -> Optional[datetime]:
-        """The earliest moment something changes by itself: the lease ends or an idle waiter is dropped."""
+        """The earliest moment something changes by itself: the lease ends, an idle waiter is
+        dropped, or (if configured) the idle lock closes."""
         moments = []
+        if self.config.close_after_idle_seconds and self.s.idle_since and self.s.holder is None and not self.s.waiters:
+            moments.append(_at(self.s.idle_since) + timedelta(seconds=self.config.close_after_idle_seconds))
         if self.s.holder is not None:
             moments.append(_at(self.s.holder.expires_at))
         grace = timedelta(seconds=self.config.waiter_grace_seconds)
@@ -178,6 +193,12 @@ class LeaseLockWorkflow:
         if self.s.holder is None and self.s.waiters:
             self._grant(self.s.waiters.pop(0))
             changed = True
+        idle = self.s.holder is None and not self.s.waiters
+        if idle and not self.s.idle_since:
+            self.s.idle_since = now.isoformat()
+            changed = True
+        elif not idle and self.s.idle_since:
+            self.s.idle_since = ""
         if changed:
             self._wake_if_sooner()
             self._refresh_details()
@@ -356,6 +377,7 @@ class LeaseLockWorkflow:
         waiter = self._waiter(ref.holder)
         if waiter is not None and not ref.token:
             self.s.waiters.remove(waiter)
+            self._tick()
             self._refresh_details()
             return LeaseGrant(status=LEASE_RELEASED, resource=self.config.resource, holder=ref.holder)
         return LeaseGrant(

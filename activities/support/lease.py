@@ -158,6 +158,29 @@ class LeaseLock:
             await self._abandon(holder)
             raise
 
+    async def try_acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Optional[Lease]:
+        """The lease if it is free right now (nobody holds it, nobody waits), else None at once."""
+        holder = holder or default_holder()
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0)
+        give_up = time.monotonic() + (self.acquire_timeout or 30.0)
+        sent = time.monotonic()
+        grant = await self._call(self._acquire_once, request, give_up)
+        if grant.status == LEASE_GRANTED:
+            lease = Lease(
+                resource=self.resource, holder=holder, token=grant.token, lease_seconds=grant.lease_seconds,
+                grant=grant, fence=fence, deadline=sent + grant.lease_seconds,
+            )
+            if fence is not None:
+                await asyncio.to_thread(fence.admit, grant.token)
+            return lease
+        if grant.status == LEASE_WAITING:
+            await self._call(
+                lambda ref: self._handle().execute_update(UPDATE_RELEASE, ref, result_type=LeaseGrant),
+                LeaseRef(holder, 0), give_up,
+            )
+            return None
+        raise LeaseError(f"lock {self.resource} refused {holder}: {grant.status} {grant.reason}".strip())
+
     async def renew(self, lease: Lease) -> LeaseGrant:
         """One renewal; sets `lease.lost` when the lock says the lease is gone."""
         sent = time.monotonic()

@@ -55,14 +55,26 @@ def retry_delays(total_seconds: float = 60.0, first: float = 0.02, cap: float = 
         delay = min(delay * 2, cap)
 
 
-def owner_reason(pod: str) -> str:
-    return f"{OWNER_PREFIX}{pod}"
+def owner_reason(pod: str, lease: str = "") -> str:
+    """`taskfleet pod=<pod> lease=<key>`: whose worktree it is, and the lease that says it is alive."""
+    return f"{OWNER_PREFIX}{pod}" + (f" lease={lease}" if lease else "")
+
+
+def _reason_fields(reason: str) -> dict[str, str]:
+    first = reason.strip().splitlines()[0] if reason.strip() else ""
+    if not first.startswith(OWNER_PREFIX):
+        return {}
+    return dict(part.split("=", 1) for part in first[len("taskfleet "):].split() if "=" in part)
 
 
 def owner_of(reason: str) -> str:
     """The pod a lock reason names ("" when the worktree is not a taskfleet pod's)."""
-    first = reason.strip().splitlines()[0] if reason.strip() else ""
-    return first[len(OWNER_PREFIX):].split()[0] if first.startswith(OWNER_PREFIX) and first[len(OWNER_PREFIX):] else ""
+    return _reason_fields(reason).get("pod", "")
+
+
+def lease_of(reason: str) -> str:
+    """The presence lease key a lock reason names ("" if none)."""
+    return _reason_fields(reason).get("lease", "")
 
 
 @dataclass
@@ -73,6 +85,7 @@ class Registration:
     admin_dir: Path
     path: Path  # the worktree folder (which may not exist where we look from)
     owner: str  # pod id from the lock reason; "" if unlocked or not ours
+    lease: str = ""  # the owning worker's presence lease key, from the lock reason
 
 
 def common_dir(clone: str | Path) -> Path:
@@ -107,13 +120,13 @@ def registrations(clone: str | Path) -> list[Registration]:
             reason = (admin / "locked").read_text()
         except FileNotFoundError:
             reason = ""
-        out.append(Registration(name, admin, Path(gitdir).parent, owner_of(reason)))
+        out.append(Registration(name, admin, Path(gitdir).parent, owner_of(reason), lease_of(reason)))
     return out
 
 
-def worktree_add_args(pod: str) -> tuple[str, ...]:
+def worktree_add_args(pod: str, lease: str = "") -> tuple[str, ...]:
     """Arguments for `git worktree add` that register the worktree locked, owned by `pod`."""
-    return ("--lock", "--reason", owner_reason(pod))
+    return ("--lock", "--reason", owner_reason(pod, lease))
 
 
 def forget_worktree(clone: str | Path, path: str | Path, pod: str) -> bool:

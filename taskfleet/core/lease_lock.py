@@ -100,7 +100,7 @@ def parse_config(raw: Any) -> LeaseLockConfig:
         raw = {"resource": raw}
     if not isinstance(raw, dict):
         raise InvalidLeaseMessage("start input must be an object with 'resource'")
-    data = _one_object([raw], ("resource", "max_history_events", "max_waiters", "waiter_grace_seconds"), "start input")
+    data = _one_object([raw], ("resource", "max_history_events", "max_waiters", "waiter_grace_seconds", "close_after_idle_seconds"), "start input")
     resource = data.get("resource")
     if not isinstance(resource, str) or not resource.strip() or len(resource) > 4096:
         raise InvalidLeaseMessage("start input: 'resource' must be a non-empty string (at most 4096 characters)")
@@ -113,4 +113,8 @@ def parse_config(raw: Any) -> LeaseLockConfig:
             setattr(config, name, value)
     if "waiter_grace_seconds" in data:
         config.waiter_grace_seconds = _seconds(data["waiter_grace_seconds"], "waiter_grace_seconds", 1.0, 3600.0, "start input")
+    if data.get("close_after_idle_seconds"):
+        config.close_after_idle_seconds = _seconds(
+            data["close_after_idle_seconds"], "close_after_idle_seconds", 1.0, 30 * 86400.0, "start input"
+        )
     return config

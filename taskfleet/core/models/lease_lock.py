@@ -37,6 +37,9 @@ class LeaseLockConfig:
     max_waiters: int = 1_000
     # A waiter with no `acquire` call in the workflow for this long is dropped from the queue.
     waiter_grace_seconds: float = 10.0
+    # > 0: the workflow ends after this long free with nobody waiting (for short-lived resources,
+    # such as one worker's presence; a later acquire starts it again, its tokens from 1).
+    close_after_idle_seconds: float = 0.0
 
 
 @dataclass
@@ -124,6 +127,7 @@ class LeaseLockState:
     stats: LeaseLockStats = field(default_factory=LeaseLockStats)
     rejected: list[RejectedMessage] = field(default_factory=list)
     runs: int = 0
+    idle_since: str = ""  # ISO-8601: free with nobody waiting since (for close_after_idle_seconds)
 
 
 @dataclass
