@@ -96,3 +96,17 @@ async def test_a_lesson_recorded_by_another_process_reaches_this_index_within_se
         assert [m.lesson.id for m in found] == [lesson_id]
 
     await eventually(arrived, timeout=10)
+
+
+def test_the_setting_selects_journals(tmp_path: Path, monkeypatch):
+    from taskfleet.activities.services.lessons_index import LessonsIndex
+    from taskfleet.activities.services.lessons_journals import lessons_index_for
+    from taskfleet.core.settings import TaskfleetSettings
+
+    settings = TaskfleetSettings(state_dir=tmp_path / "state")
+    assert type(lessons_index_for(settings)) is LessonsIndex
+    monkeypatch.setenv("TASKFLEET_LESSONS_DIR", str(tmp_path / "shared"))
+    monkeypatch.setenv("TASKFLEET_POD_ID", "pod-q")
+    index = lessons_index_for(settings)
+    assert isinstance(index, JournaledLessonsIndex)
+    assert index.path == tmp_path / "shared" / "pod-q.jsonl"

@@ -161,3 +161,14 @@ class JournaledLessonsIndex(LessonsIndex):
         with self._lock:
             return {name: JournalTail(t.path, t.offset, t.line_no, t.malformed, list(t.malformed_lines))
                     for name, t in self._tails.items()}
+
+
+def lessons_index_for(settings) -> LessonsIndex:
+    """The index a worker uses: journals in a shared folder when one is set (`settings.lessons_dir`
+    or TASKFLEET_LESSONS_DIR), else the single file of one host (`settings.lessons_path`)."""
+    from taskfleet.core.pod import pod_id
+
+    directory = getattr(settings, "lessons_dir", None) or os.environ.get("TASKFLEET_LESSONS_DIR")
+    if directory:
+        return JournaledLessonsIndex(Path(directory), pod_id())
+    return LessonsIndex(settings.lessons_path)
