@@ -240,9 +240,16 @@ class LeaseLock:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"lock {self.resource}"[:200],
         )
-        return await self.client.execute_update_with_start_workflow(
-            UPDATE_ACQUIRE, request, start_workflow_operation=start, result_type=LeaseGrant
-        )
+        try:
+            return await self.client.execute_update_with_start_workflow(
+                UPDATE_ACQUIRE, request, start_workflow_operation=start, result_type=LeaseGrant
+            )
+        except BaseException:
+            try:  # the operation's own future holds the same error: read it, so it is not logged as lost
+                await asyncio.wait_for(start.workflow_handle(), 0.01)
+            except BaseException:  # noqa: BLE001
+                pass
+            raise
 
     async def _call(self, fn, request, give_up: Optional[float]) -> LeaseGrant:
         """`fn(request)`, retrying what the network or a continue-as-new gap causes."""
