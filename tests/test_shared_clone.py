@@ -91,3 +91,28 @@ def test_other_git_failures_are_not_retried(git_remote: GitRemoteFixture):
     with pytest.raises(subprocess.CalledProcessError) as caught:
         git_retrying(git_remote.clone, "checkout", "no-such-branch", total_seconds=30)
     assert not is_lock_contention(caught.value.stderr)
+
+
+def test_a_worktree_half_registered_by_another_pod_is_waited_out(git_remote: GitRemoteFixture):
+    fx = git_remote
+    half = fx.clone / ".git" / "worktrees" / "w-other-pod-1"
+    half.mkdir(parents=True)  # another pod's `git worktree add`, caught before it wrote commondir
+    (half / "gitdir").write_text(str(fx.clone.parent / "elsewhere" / ".git") + "\n")
+    (half / "commondir").write_text("")
+    args = ("worktree", "add", "-q", "--detach", str(fx.clone.parent / "mine"), "main")
+    ran = subprocess.run(["git", *args], cwd=fx.clone, capture_output=True, text=True)
+    assert ran.returncode != 0 and is_lock_contention(ran.stderr), ran.stderr
+    finished = threading.Event()
+
+    def finish() -> None:  # the other pod's add completes
+        finished.wait(0.3)
+        (half / "commondir").write_text("../..\n")
+
+    other = threading.Thread(target=finish)
+    other.start()
+    try:
+        git_retrying(fx.clone, *args, total_seconds=30)
+    finally:
+        finished.set()
+        other.join()
+    assert (fx.clone.parent / "mine").is_dir()

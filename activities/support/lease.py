@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -185,7 +186,8 @@ class LeaseLock:
         """One renewal; sets `lease.lost` when the lock says the lease is gone."""
         sent = time.monotonic()
         grant: LeaseGrant = await self._handle().execute_update(
-            UPDATE_RENEW, LeaseRef(lease.holder, lease.token), result_type=LeaseGrant
+            UPDATE_RENEW, LeaseRef(lease.holder, lease.token), result_type=LeaseGrant,
+            rpc_timeout=timedelta(seconds=max(lease.deadline - sent, 0.5)),
         )
         if grant.status == LEASE_GRANTED:
             lease.deadline = sent + grant.lease_seconds
@@ -273,7 +275,7 @@ class LeaseLock:
         while not lease.lost:
             await asyncio.sleep(period)
             try:
-                grant = await asyncio.wait_for(self.renew(lease), timeout=max(lease.deadline - time.monotonic(), 0.1))
+                grant = await self.renew(lease)
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # noqa: BLE001 - retried until the lease must have ended

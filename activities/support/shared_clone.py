@@ -40,9 +40,15 @@ _LOCK_CONTENTION = re.compile(
 )
 
 
+# Another pod's `git worktree add` is half done: its admin folder exists, its files not yet.
+_WORKTREE_BEING_ADDED = re.compile(r"failed to read [^\n]*worktrees/[^/\n]+/(?:commondir|gitdir|HEAD)")
+
+
 def is_lock_contention(stderr: str) -> bool:
-    """Whether git failed only because another process held one of its lock files."""
-    return bool(_LOCK_CONTENTION.search(stderr or ""))
+    """Whether git failed only because another process held one of its lock files, or was in the
+    middle of registering a worktree (both pass by themselves: retry)."""
+    text = stderr or ""
+    return bool(_LOCK_CONTENTION.search(text) or _WORKTREE_BEING_ADDED.search(text))
 
 
 def retry_delays(total_seconds: float = 60.0, first: float = 0.02, cap: float = 1.0) -> Iterator[float]:
