@@ -286,3 +286,24 @@ async def test_an_idle_lock_can_close_itself_and_starts_again_on_use(client: Cli
     again = await lock.acquire("later")  # update-with-start: a new run
     assert again.token == 1
     await lock.release(again)
+
+
+async def test_a_renewal_held_up_by_a_dead_lock_worker_still_counts(client: Client, task_queue: str):
+    """The lock's own worker dies while a lease is held: the lease's timer fires with nobody to run
+    it. The holder's renewal, sent meanwhile, is handled first when a worker is back, so the lease
+    is not lost to a delay on the lock's side."""
+    lock = make_lock(client, task_queue, resource(), lease_seconds=1)
+    async with Worker(client, task_queue=task_queue, workflows=[LeaseLockWorkflow]):
+        lease = await lock.acquire("steady")
+
+    async def timer_fired() -> None:
+        history = await lock._handle().fetch_history()
+        assert any(e.HasField("timer_fired_event_attributes") for e in history.events)
+
+    await eventually(timer_fired, timeout=30)
+    await lock._handle().signal("renew_lease", {"holder": "steady", "token": lease.token})
+    async with Worker(client, task_queue=task_queue, workflows=[LeaseLockWorkflow]):
+        status = await lock.holders()
+        assert status.holder is not None and status.holder.token == lease.token, status
+        assert status.stats.expirations == 0 and status.stats.renewals == 1
+        await lock.release(lease)

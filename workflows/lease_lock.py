@@ -317,9 +317,13 @@ class LeaseLockWorkflow:
     # --- renew ----------------------------------------------------------------------------------
 
     def _renew(self, ref: LeaseRef) -> LeaseGrant:
-        self._tick()
+        # Not `_tick()` first: a renewal that reaches us late (this workflow's task was delayed,
+        # e.g. its worker died) still counts while nobody else has been granted the lease. Messages
+        # run before timers in an activation, and a grant to another holder happens only in a tick.
         h = self.s.holder
         if h is None or h.holder != ref.holder or h.token != ref.token:
+            self._tick()
+            h = self.s.holder
             now_held = f"held by {h.holder} with token {h.token}" if h else "free"
             return LeaseGrant(
                 status=LEASE_LOST, resource=self.config.resource, holder=ref.holder, token=ref.token,
@@ -330,6 +334,7 @@ class LeaseLockWorkflow:
         h.lease_seconds = seconds
         h.renewals += 1
         self.s.stats.renewals += 1
+        self._tick()
         self._refresh_details()
         return self._answer(LEASE_GRANTED, ref.holder)
 

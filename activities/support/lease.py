@@ -5,9 +5,10 @@ needs only a `Client`: give one, or build it inside an activity with `LeaseLock.
 
 `hold()` acquires with update-with-start (the lock workflow is started on first use), keeps asking
 while it is queued (each ask keeps its FIFO place), renews in the background every third of the
-lease, and releases in `finally`. If renewing fails until the lease must have ended, or the lock says
-the lease is gone, `lease.lost` is set and `lease.check()` raises `LeaseLost`: guarded code calls it
-before each step. With a `Fence`, `check()` also refuses a token lower than one already used.
+lease, and releases in `finally`. Guarded code calls `lease.check()` before each step: it raises
+`LeaseLost` once the lock said the lease is gone (`lease.lost`), or while no renewal has got through
+for a whole lease (the lease may have ended; a late renewal the lock still accepts makes it good).
+With a `Fence`, `check()` also refuses a token lower than one already used.
 """
 
 from __future__ import annotations
@@ -88,10 +89,15 @@ class Lease:
     renewals: int = field(default=0)
 
     def check(self) -> None:
-        if not self.lost and time.monotonic() >= self.deadline:
-            self.lost = f"no renewal reached the lock within the lease ({self.lease_seconds:g} s)"
+        """Raise `LeaseLost` unless the lease surely still holds: not lost, within its deadline, and
+        (with a fence) no higher token has acted on the resource."""
         if self.lost:
             raise LeaseLost(f"lease on {self.resource} (token {self.token}) lost: {self.lost}")
+        if time.monotonic() >= self.deadline:
+            raise LeaseLost(
+                f"lease on {self.resource} (token {self.token}) may have ended: no renewal reached the lock "
+                f"within {self.lease_seconds:g} s"
+            )
         if self.fence is not None:
             self.fence.check(self.token)
 
@@ -187,7 +193,7 @@ class LeaseLock:
         sent = time.monotonic()
         grant: LeaseGrant = await self._handle().execute_update(
             UPDATE_RENEW, LeaseRef(lease.holder, lease.token), result_type=LeaseGrant,
-            rpc_timeout=timedelta(seconds=max(lease.deadline - sent, 0.5)),
+            rpc_timeout=timedelta(seconds=max(lease.lease_seconds, 1.0)),
         )
         if grant.status == LEASE_GRANTED:
             lease.deadline = sent + grant.lease_seconds
@@ -271,20 +277,25 @@ class LeaseLock:
             delay = min(delay * 2, 2.0)
 
     async def _keep_renewed(self, lease: Lease) -> None:
+        """Renew every third of the lease. Failures are retried for as long as the lease is held:
+        `check()` refuses once the lease may have ended (its own deadline), and a late renewal that
+        the lock still accepts makes it good again. Only the lock saying `lost` ends the lease."""
         period = max(lease.lease_seconds / 3, 0.1)
+        failing = False
         while not lease.lost:
             await asyncio.sleep(period)
             try:
                 grant = await self.renew(lease)
             except asyncio.CancelledError:
                 raise
-            except Exception as err:  # noqa: BLE001 - retried until the lease must have ended
-                if time.monotonic() >= lease.deadline:
-                    lease.lost = f"renewals failed until the lease ended: {root_cause_message(err)}"
-                    log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)
-                    return
-                period = min(period, 0.5)
+            except Exception as err:  # noqa: BLE001 - retried; check() guards the meantime
+                if not failing:
+                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
+                                root_cause_message(err))
+                failing = True
+                period = min(max(lease.lease_seconds / 10, 0.1), 1.0)
                 continue
+            failing = False
             if grant.status == LEASE_LOST:
                 log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)
                 return

@@ -30,7 +30,7 @@ from taskfleet.core.pod import pod_id
 log = logging.getLogger("taskfleet.presence")
 
 PRESENCE_PREFIX = "taskfleet-worker"
-PRESENCE_LEASE_SECONDS = 15.0
+PRESENCE_LEASE_SECONDS = 30.0
 # A dead worker's presence workflow closes this long after its last use (a later sweep restarts it).
 PRESENCE_IDLE_CLOSE_SECONDS = 3600.0
 # A key found alive is asked again only after this long.
