@@ -103,10 +103,10 @@ def test_the_setting_selects_journals(tmp_path: Path, monkeypatch):
     from taskfleet.activities.services.lessons_journals import lessons_index_for
     from taskfleet.core.settings import TaskfleetSettings
 
-    settings = TaskfleetSettings(state_dir=tmp_path / "state")
-    assert type(lessons_index_for(settings)) is LessonsIndex
+    monkeypatch.delenv("TASKFLEET_LESSONS_DIR", raising=False)
+    assert type(lessons_index_for(TaskfleetSettings(state_dir=tmp_path / "state"))) is LessonsIndex
     monkeypatch.setenv("TASKFLEET_LESSONS_DIR", str(tmp_path / "shared"))
     monkeypatch.setenv("TASKFLEET_POD_ID", "pod-q")
-    index = lessons_index_for(settings)
+    index = lessons_index_for(TaskfleetSettings(state_dir=tmp_path / "state"))
     assert isinstance(index, JournaledLessonsIndex)
     assert index.path == tmp_path / "shared" / "pod-q.jsonl"
