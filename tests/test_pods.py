@@ -24,7 +24,7 @@ async def test_pods_keep_their_state_dirs_to_themselves(server_address: str, tas
         assert os.readlink(f"/proc/{a.proc.pid}/ns/mnt") != os.readlink(f"/proc/{b.proc.pid}/ns/mnt")
         for pod in pods:
             listing = pod.run_inside("ls", str(state))
-            assert listing.returncode == 0 and "result-cache.sqlite" in listing.stdout.split(), listing
+            assert listing.returncode == 0 and "logs" in listing.stdout.split(), listing
             assert pod.run_inside("sh", "-c", f"echo {pod.name} > {state}/mine && echo {pod.name} > {shared}/{pod.name}").returncode == 0
         assert a.run_inside("cat", f"{state}/mine").stdout.strip() == "pod-a"
         assert b.run_inside("cat", f"{state}/mine").stdout.strip() == "pod-b"
