@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tests.conftest import eventually
 from tests.pods import Pod, requires_pods
 
 
@@ -23,8 +24,12 @@ async def test_pods_keep_their_state_dirs_to_themselves(server_address: str, tas
         a, b = pods
         assert os.readlink(f"/proc/{a.proc.pid}/ns/mnt") != os.readlink(f"/proc/{b.proc.pid}/ns/mnt")
         for pod in pods:
-            listing = pod.run_inside("ls", str(state))
-            assert listing.returncode == 0 and "logs" in listing.stdout.split(), listing
+
+            async def services_started(pod=pod) -> None:  # the worker writes its state dir
+                listing = pod.run_inside("ls", str(state))
+                assert listing.returncode == 0 and "logs" in listing.stdout.split(), listing
+
+            await eventually(services_started)
             assert pod.run_inside("sh", "-c", f"echo {pod.name} > {state}/mine && echo {pod.name} > {shared}/{pod.name}").returncode == 0
         assert a.run_inside("cat", f"{state}/mine").stdout.strip() == "pod-a"
         assert b.run_inside("cat", f"{state}/mine").stdout.strip() == "pod-b"
