@@ -21,7 +21,7 @@ from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import LEASE_LOST, LEASE_NOT_HELD, LeaseLockConfig
 from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
-from tests.conftest import ROOT, eventually
+from tests.conftest import ROOT, eventually, save_history
 
 
 @pytest.fixture
@@ -94,6 +94,7 @@ async def test_waiters_are_served_first_in_first_out(client: Client, task_queue:
     await lock.release(first)
     await asyncio.wait_for(asyncio.gather(*tasks), 30)
     assert order == ["b", "c", "d"]
+    save_history("lease_lock_fifo", (await lock._handle().fetch_history()).to_json())
 
 
 HOLDER_SCRIPT = """
@@ -270,6 +271,8 @@ async def test_continue_as_new_keeps_the_holder_and_the_waiters(client: Client, 
     w2 = await asyncio.wait_for(waiting[1], 30)
     assert w2.token == first.token + 2
     await lock.release(w2)
+    # the last run: it started from carried state (holder, waiters, tokens)
+    save_history("lease_lock_after_continue_as_new", (await lock._handle().fetch_history()).to_json())
 
 
 async def test_an_idle_lock_can_close_itself_and_starts_again_on_use(client: Client, task_queue: str, lock_worker):
