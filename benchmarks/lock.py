@@ -4,6 +4,9 @@ beside a host-local flock for scale. Prints JSON; `--quick` for a short run.
 - `uncontended`: one holder, acquire (update-with-start) then release (update), one after another.
 - `contended`: N holders at once, each taking the lock M times; grants per second and the wait.
 - `flock`: lock + unlock of a file on this host (what a single-host deployment could use instead).
+- `board_pods`: wall time of one board of N tasks on 1 pod and on 5 pods sharing one clone (pods are
+  worker processes in private mount namespaces, as in tests/pods.py; needs root on Linux, else
+  reported as skipped with the reason).
 """
 
 from __future__ import annotations
@@ -99,6 +102,44 @@ def flock_round_trips(rounds: int) -> dict:
     return {"rounds": rounds, "round_trips_per_second": round(rounds / wall, 1)}
 
 
+async def board_on_pods(client, address: str, tmp: Path, pods: int, tasks: int, seconds: float) -> dict:
+    from taskfleet.clients.orchestrator import start_board
+    from taskfleet.core.models.orchestrator import Board, TaskSpec
+    from taskfleet.testing import make_git_remote
+    from tests.pods import Pod
+
+    root = tmp / f"pods-{pods}"
+    fx = make_git_remote(root / "git")
+    queue = f"bench-pods-{pods}-{uuid.uuid4().hex[:6]}"
+    lessons = root / "lessons"
+    lessons.mkdir(parents=True)
+    fleet = [Pod(f"pod-{i}", state_dir=root / "state", address=address, task_queue=queue, log=root / f"pod-{i}.log",
+                 env={"TASKFLEET_LESSONS_DIR": str(lessons)}) for i in range(pods)]
+    try:
+        for pod in fleet:
+            await pod.wait_started()
+        write = f'sleep {seconds}; mkdir -p out && echo "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'
+        board = Board(name=f"bench-{pods}-pods", max_parallel=tasks, tasks=[
+            TaskSpec(id=f"t{i}", run=write, verify="true", timeout_seconds=600) for i in range(tasks)
+        ])
+        started = time.perf_counter()
+        handle = await start_board(client, board, str(fx.clone), task_queue=queue, git_max_batch_age_seconds=1)
+        result = await handle.result()
+        wall = time.perf_counter() - started
+    finally:
+        for pod in fleet:
+            pod.stop()
+    return {
+        "pods": pods,
+        "tasks": tasks,
+        "task_seconds": seconds,
+        "wall_seconds": round(wall, 2),
+        "succeeded": sum(1 for t in result.tasks if t.status == "succeeded"),
+        "landed": sum(1 for t in result.tasks if t.landed),
+        "pushes": result.stats.pushes,
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (CI, smoke)")
@@ -115,6 +156,17 @@ async def main() -> None:
                 "contended": await contended(client, holders, each),
                 "flock": flock_round_trips(rounds * 100),
             }
+            from tests.pods import namespaces_unavailable
+
+            why = namespaces_unavailable()
+            if why:
+                figures["board_pods"] = {"skipped": why}
+            else:
+                address = client.service_client.config.target_host
+                tasks, seconds = (20, 0.2) if args.quick else (100, 0.5)
+                figures["board_pods"] = [
+                    await board_on_pods(client, address, Path(tmp), pods, tasks, seconds) for pods in (1, 5)
+                ]
     emit(figures)
 
 
