@@ -116,3 +116,14 @@ def test_a_worktree_half_registered_by_another_pod_is_waited_out(git_remote: Git
         finished.set()
         other.join()
     assert (fx.clone.parent / "mine").is_dir()
+
+
+def test_forget_registrations_drops_only_the_given_paths_this_pod_owns(git_remote: GitRemoteFixture):
+    from taskfleet.activities.support.shared_clone import forget_registrations
+
+    fx = git_remote
+    mine = [add(fx, "pod-a", f"w-pod-a-{i}") for i in range(3)]
+    theirs = add(fx, "pod-b", "w-pod-b-0")
+    assert forget_registrations(fx.clone, [mine[0], mine[1], theirs], "pod-a") == [mine[0], mine[1]]
+    assert registered(fx) == {str(mine[2]), str(theirs)}
+    assert mine[0].exists()  # folders are the caller's to delete

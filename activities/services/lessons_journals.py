@@ -170,5 +170,5 @@ def lessons_index_for(settings) -> LessonsIndex:
 
     directory = getattr(settings, "lessons_dir", None) or os.environ.get("TASKFLEET_LESSONS_DIR")
     if directory:
-        return JournaledLessonsIndex(Path(directory), pod_id())
+        return JournaledLessonsIndex(Path(directory), getattr(settings, "pod_id", "") or pod_id())
     return LessonsIndex(settings.lessons_path)

@@ -7,8 +7,7 @@ needs only a `Client`: give one, or build it inside an activity with `LeaseLock.
 while it is queued (each ask keeps its FIFO place), renews in the background every third of the
 lease, and releases in `finally`. Guarded code calls `lease.check()` before each step: it raises
 `LeaseLost` once the lock said the lease is gone (`lease.lost`), or while no renewal has got through
-for a whole lease (the lease may have ended; a late renewal the lock still accepts makes it good).
-With a `Fence`, `check()` also refuses a token lower than one already used.
+for a whole lease (the lease may have ended; a late renewal the lock still accepts makes it good). With a `Fence`, `check()` also refuses a token lower than one already used.
 """
 
 from __future__ import annotations
@@ -202,9 +201,20 @@ class LeaseLock:
             lease.lost = grant.reason or grant.status
         return grant
 
-    async def release(self, lease: Lease) -> None:
-        """Give the lease back (best effort: an unreachable lock lets it expire instead)."""
+    async def release(self, lease: Lease, wait: bool = True) -> None:
+        """Give the lease back (best effort: an unreachable lock lets it expire instead).
+
+        `wait=False` only sends the `release_lease` signal: for a worker that is stopping and so
+        may no longer run the lock workflow itself (another worker, or its next start, will).
+        """
         ref = LeaseRef(lease.holder, lease.token)
+        if not wait:
+            try:
+                await asyncio.wait_for(self._handle().signal(SIGNAL_RELEASE_LEASE, ref), 5)
+            except Exception as err:  # noqa: BLE001 - the lease then expires
+                log.warning("could not release %s (token %d); it expires in %g s: %s",
+                            self.resource, lease.token, lease.lease_seconds, root_cause_message(err))
+            return
         try:
             await asyncio.wait_for(self._handle().execute_update(UPDATE_RELEASE, ref, result_type=LeaseGrant), 10)
         except BaseException as err:  # noqa: BLE001 - fall back to a signal, then to expiry
@@ -220,7 +230,9 @@ class LeaseLock:
         return await self._handle().query(QUERY_HOLDERS, result_type=LeaseLockStatus)
 
     @asynccontextmanager
-    async def hold(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> AsyncIterator[Lease]:
+    async def hold(
+        self, holder: Optional[str] = None, fence: Optional[Fence] = None, wait_release: bool = True
+    ) -> AsyncIterator[Lease]:
         """Acquire, renew in the background, release in `finally`."""
         lease = await self.acquire(holder, fence)
         renewing = asyncio.create_task(self._keep_renewed(lease), name=f"renew {self.resource}")
@@ -232,7 +244,7 @@ class LeaseLock:
                 await renewing
             except BaseException:  # noqa: BLE001 - the renewal task's end is not the caller's error
                 pass
-            await self.release(lease)
+            await self.release(lease, wait=wait_release)
 
     # --- plumbing -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ under that lease and gives it back. A live worker's lease is never granted to an
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -55,10 +56,19 @@ class WorkerPresence:
         self.pod = pod or pod_id()
         self.lease_seconds = lease_seconds
         self.alive_recheck_seconds = alive_recheck_seconds
-        self.key = ""
+        # Known before the lease is held, so worktree lock reasons can name it; nothing is
+        # registered under it until `ready` (a sweeper would take a key nobody holds yet).
+        self.key = uuid.uuid4().hex[:12]
         self.lease: Optional[Lease] = None
         self._stack: Optional[AsyncExitStack] = None
         self._alive: dict[str, float] = {}  # other keys found alive -> when to ask again
+        self._ready: Optional[asyncio.Event] = None
+
+    @property
+    def ready(self) -> asyncio.Event:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        return self._ready
 
     def _lock(self, pod: str, key: str) -> LeaseLock:
         resource = presence_resource(pod, key)
@@ -67,16 +77,27 @@ class WorkerPresence:
                          acquire_timeout=60.0, config=config)
 
     async def start(self) -> None:
-        """Take a fresh presence lease (a new key: never waits for an earlier incarnation's)."""
-        self.key = uuid.uuid4().hex[:12]
+        """Take the presence lease (a key of its own: never waits for an earlier incarnation's)."""
         stack = AsyncExitStack()
         self.lease = await stack.enter_async_context(
-            self._lock(self.pod, self.key).hold(holder=f"{self.pod}/{os.getpid()}")
+            # Released by signal: a stopping worker may no longer run the lock workflow itself.
+            self._lock(self.pod, self.key).hold(holder=f"{self.pod}/{os.getpid()}", wait_release=False)
         )
         self._stack = stack
+        self.ready.set()
         log.info("presence lease %s held (token %d)", presence_resource(self.pod, self.key), self.lease.token)
 
+    async def wait_ready(self, timeout: float = 120.0) -> None:
+        """Until the lease is held (the worker takes it as it starts polling)."""
+        try:
+            await asyncio.wait_for(self.ready.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise RuntimeError(
+                f"worker presence lease {presence_resource(self.pod, self.key)} not granted within {timeout:g} s"
+            ) from None
+
     async def stop(self) -> None:
+        self.ready.clear()
         if self._stack is not None:
             stack, self._stack = self._stack, None
             await stack.aclose()
@@ -86,6 +107,7 @@ class WorkerPresence:
         if self.lease is not None and self.lease.lost:
             log.warning("presence lease %s lost (%s): taking a new one", self.key, self.lease.lost)
             await self.stop()
+            self.key = uuid.uuid4().hex[:12]
             await self.start()
 
     @property

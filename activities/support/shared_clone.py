@@ -193,3 +193,15 @@ def git_retrying(cwd: str | Path, *args: str, total_seconds: float = 60.0) -> st
         if wait is None:
             raise subprocess.CalledProcessError(ran.returncode, ["git", *args], ran.stdout, ran.stderr)
         time.sleep(wait)
+
+
+def forget_registrations(clone: str | Path, paths: set[Path] | list[Path], pod: str) -> list[Path]:
+    """Drop the registrations of `paths` that `pod` owns (their folders are left alone): the
+    one-entry `git worktree prune`, for many entries in one listing of the clone's admin folders."""
+    wanted = {Path(os.path.abspath(p)) for p in paths}
+    dropped = []
+    for reg in registrations(clone):
+        if reg.path in wanted and reg.owner == pod:
+            shutil.rmtree(reg.admin_dir, ignore_errors=True)
+            dropped.append(reg.path)
+    return dropped
