@@ -62,6 +62,7 @@ class WorkerPresence:
         self.lease: Optional[Lease] = None
         self._stack: Optional[AsyncExitStack] = None
         self._alive: dict[str, float] = {}  # other keys found alive -> when to ask again
+        self._own_keys: set[str] = {self.key}  # keys this process held: its pool discards those slots
         self._ready: Optional[asyncio.Event] = None
 
     @property
@@ -108,6 +109,7 @@ class WorkerPresence:
             log.warning("presence lease %s lost (%s): taking a new one", self.key, self.lease.lost)
             await self.stop()
             self.key = uuid.uuid4().hex[:12]
+            self._own_keys.add(self.key)
             await self.start()
 
     @property
@@ -127,7 +129,7 @@ class WorkerPresence:
         """
         groups: dict[tuple[str, str], list[Registration]] = {}
         for reg in registrations(clone):
-            if reg.owner and reg.lease and reg.lease != self.key:
+            if reg.owner and reg.lease and reg.lease not in self._own_keys:
                 groups.setdefault((reg.owner, reg.lease), []).append(reg)
         removed: list[Path] = []
         now = time.monotonic()
