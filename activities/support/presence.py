@@ -64,6 +64,7 @@ class WorkerPresence:
         self._alive: dict[str, float] = {}  # other keys found alive -> when to ask again
         self._own_keys: set[str] = {self.key}  # keys this process held: its pool discards those slots
         self._ready: Optional[asyncio.Event] = None
+        self._renewing: Optional[asyncio.Lock] = None
 
     @property
     def ready(self) -> asyncio.Event:
@@ -104,13 +105,17 @@ class WorkerPresence:
             await stack.aclose()
 
     async def ensure(self) -> None:
-        """If the lease was lost (renewals failed past its end), take a new one under a new key."""
-        if self.lease is not None and self.lease.lost:
-            log.warning("presence lease %s lost (%s): taking a new one", self.key, self.lease.lost)
-            await self.stop()
-            self.key = uuid.uuid4().hex[:12]
-            self._own_keys.add(self.key)
-            await self.start()
+        """If the lock says the lease is lost, take a new one under a new key (once, however many
+        tasks ask at the same time)."""
+        if self._renewing is None:
+            self._renewing = asyncio.Lock()
+        async with self._renewing:
+            if self.lease is not None and self.lease.lost:
+                log.warning("presence lease %s lost (%s): taking a new one", self.key, self.lease.lost)
+                await self.stop()
+                self.key = uuid.uuid4().hex[:12]
+                self._own_keys.add(self.key)
+                await self.start()
 
     @property
     def reason(self) -> str:
