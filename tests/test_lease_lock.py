@@ -61,12 +61,13 @@ async def test_mutual_exclusion_with_concurrent_holders(client: Client, task_que
             lease.check()
             inside -= 1
 
-    await asyncio.gather(*(one(i) for i in range(8)))
+    # More holders than the updates the server admits per workflow at once (10): the rest retry.
+    await asyncio.gather(*(one(i) for i in range(15)))
     assert most == 1
-    assert tokens == sorted(tokens) and len(set(tokens)) == 8, tokens
+    assert tokens == sorted(tokens) and len(set(tokens)) == 15, tokens
     status = await lock.holders()
     assert status.holder is None and not status.waiters
-    assert status.stats.grants == 8 and status.stats.releases == 8 and status.next_token == 9
+    assert status.stats.grants == 15 and status.stats.releases == 15 and status.next_token == 16
 
 
 async def test_waiters_are_served_first_in_first_out(client: Client, task_queue: str, lock_worker):

@@ -116,7 +116,7 @@ class LeaseLock:
         *,
         task_queue: str,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        wait_seconds: float = 20.0,
+        wait_seconds: float = 5.0,
         acquire_timeout: Optional[float] = None,
         config: Optional[LeaseLockConfig] = None,
     ) -> None:

@@ -78,7 +78,7 @@ def parse_acquire(args: Sequence[Any]) -> AcquireRequest:
         lease_seconds=_seconds(
             data.get("lease_seconds", DEFAULT_LEASE_SECONDS), "lease_seconds", MIN_LEASE_SECONDS, MAX_LEASE_SECONDS, "acquire"
         ),
-        wait_seconds=_seconds(data.get("wait_seconds", 20.0), "wait_seconds", 0.0, MAX_WAIT_SECONDS, "acquire"),
+        wait_seconds=_seconds(data.get("wait_seconds", 5.0), "wait_seconds", 0.0, MAX_WAIT_SECONDS, "acquire"),
     )
 
 

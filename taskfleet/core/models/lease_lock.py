@@ -35,8 +35,10 @@ class LeaseLockConfig:
     max_history_events: int = 0
     # More waiters than this are refused (a runaway client cannot grow the state without bound).
     max_waiters: int = 1_000
-    # A waiter with no `acquire` call in the workflow for this long is dropped from the queue.
-    waiter_grace_seconds: float = 10.0
+    # A waiter with no `acquire` call in the workflow for this long is dropped from the queue. Well
+    # above a call's wait: the server admits only so many updates per workflow at once (10 by
+    # default), so past ten waiters some wait a turn for their next call to be admitted.
+    waiter_grace_seconds: float = 30.0
     # > 0: the workflow ends after this long free with nobody waiting (for short-lived resources,
     # such as one worker's presence; a later acquire starts it again, its tokens from 1).
     close_after_idle_seconds: float = 0.0
@@ -50,7 +52,7 @@ class AcquireRequest:
     holder: str
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     # How long this call may wait in the workflow before answering `waiting` (0: answer at once).
-    wait_seconds: float = 20.0
+    wait_seconds: float = 5.0
 
 
 @dataclass
