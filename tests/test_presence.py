@@ -82,3 +82,27 @@ async def test_only_a_dead_workers_worktrees_are_swept(
             proc.wait()
         await alive.stop()
         await sweeper.stop()
+
+
+async def test_a_lost_presence_lease_is_taken_again_under_a_new_key(
+    client: Client, task_queue: str, lock_worker, git_remote: GitRemoteFixture, tmp_path: Path
+):
+    presence = WorkerPresence(client, task_queue, pod="pod-w", lease_seconds=1.5)
+    await presence.start()
+    try:
+        old = presence.key
+        git(git_remote.clone, "worktree", "add", "-q", *presence.worktree_add_args(), "--detach",
+            str(tmp_path / "w-old"), "main")
+        # The lock ends the lease (as when it expired and was taken): the next renewal hears `lost`.
+        await presence._lock(presence.pod, old).release(presence.lease)
+
+        async def told_lost() -> None:
+            assert presence.lease.lost
+
+        await eventually(told_lost, timeout=30)
+        await presence.ensure()
+        assert presence.key != old and presence.ready.is_set() and not presence.lease.lost
+        assert await presence.sweep(git_remote.clone) == []  # its own old worktree is its pool's to remove
+        assert [r.lease for r in registrations(git_remote.clone)] == [old]
+    finally:
+        await presence.stop()
