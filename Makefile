@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test worker bench histories lint clean
+.PHONY: install demo test worker bench bench-quick histories lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,19 @@ bench: $(STAMP)
 	$(PY) benchmarks/lessons.py
 	$(PY) benchmarks/templates.py
 	$(PY) benchmarks/result_cache.py
+	$(PY) benchmarks/cancel.py
+	$(PY) benchmarks/llm_batching.py
+
+# Every benchmark at small sizes (seconds each); `make test` runs them too (tests/test_benchmarks.py).
+bench-quick: $(STAMP)
+	$(PY) benchmarks/cancel.py --quick
+	$(PY) benchmarks/dispatch.py --quick
+	$(PY) benchmarks/git_batching.py --quick
+	$(PY) benchmarks/lessons.py --quick
+	$(PY) benchmarks/llm_batching.py --quick
+	$(PY) benchmarks/result_cache.py --quick
+	$(PY) benchmarks/sdk_baseline.py --quick
+	$(PY) benchmarks/templates.py --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --select F,E9 .

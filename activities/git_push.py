@@ -92,6 +92,39 @@ def _seen_on_remote(repo: Repo, remote: str, ref: str) -> str:
     return out.strip() if status == 0 else ""
 
 
+def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: dict[str, Applied]) -> dict[str, str]:
+    """Each successfully pushed ref's value on the remote, as the push reported it (contract C1).
+
+    `git push` records what it set (or found up to date) in the remote-tracking ref; the porcelain
+    summary's abbreviated `old..new` must agree with it. Without a tracking ref (a remote with no
+    fetch refspec) the value applied is used when the summary confirms it.
+    """
+    ok = {ref: info for ref, info in infos.items() if not info.flags & _FAILED_FLAGS}
+    if not ok:
+        return {}
+    tracking = {ref: ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1) for ref in ok}
+    out = repo.git.for_each_ref("--format=%(refname) %(objectname)", *tracking.values())
+    found = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    sent = {a.ref: a.commit for a in applied.values()}
+    values: dict[str, str] = {}
+    for ref, info in ok.items():
+        reported = _summary_new(info)
+        # Up to date: the remote already holds exactly what was offered.
+        value = sent.get(ref, "") if info.flags & PushInfo.UP_TO_DATE else found.get(tracking[ref]) or sent.get(ref, "")
+        if value and (not reported or value.startswith(reported)):
+            values[ref] = value
+    return values
+
+
+def _summary_new(info: PushInfo) -> str:
+    """The new value's abbreviation in a porcelain summary (`a..b`, `a...b (forced update)`), or ""."""
+    summary = (info.summary or "").strip().split(" ", 1)[0]
+    for sep in ("...", ".."):
+        if sep in summary:
+            return summary.split(sep, 1)[1]
+    return ""
+
+
 def land_batch(params: PushBatchInput) -> PushBatchOutput:
     """Blocking body of the activity (runs in a thread): apply, push once, report per op."""
     started = time.monotonic()
@@ -113,6 +146,7 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
 
     leased = sorted({applied[op.id].ref for op in params.ops if op.force and op.id in applied})
     push_results = push_refs(repo, params.remote, refs, params.atomic, leased) if refs else {}
+    on_remote = pushed_values(repo, params.remote, push_results, applied)
     outcomes: list[OpOutcome] = []
     for op in params.ops:
         outcome = OpOutcome(op_id=op.id, op_type=op.op_type, branch=op.branch, status=OUTCOME_FAILED)
@@ -126,12 +160,16 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
                 outcome.reason = f"git push reported nothing for {done.ref}"
             elif info.flags & _FAILED_FLAGS:
                 outcome.reason = _push_reason(info)
-            elif info.flags & PushInfo.UP_TO_DATE and not done.made_commit:
-                outcome.status = OUTCOME_UP_TO_DATE
-                outcome.reason = done.note or "already on the remote"
+            elif done.ref not in on_remote:
+                outcome.reason = f"git push did not confirm the new value of {done.ref} (summary {info.summary.strip()!r})"
             else:
-                outcome.status = OUTCOME_LANDED
-                outcome.reason = done.note
+                if info.flags & PushInfo.UP_TO_DATE and not done.made_commit:
+                    outcome.status = OUTCOME_UP_TO_DATE
+                    outcome.reason = done.note or "already on the remote"
+                else:
+                    outcome.status = OUTCOME_LANDED
+                    outcome.reason = done.note
+                outcome.branch_commit = done.branch_commit or on_remote[done.ref]
         outcomes.append(outcome)
     return PushBatchOutput(
         batch_id=params.batch_id,

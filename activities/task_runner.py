@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from git import Repo
-from git.exc import GitCommandError
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import (
@@ -17,17 +18,23 @@ from taskfleet.activities.services.template_cache import (
     TemplateCache,
     TemplateRenderError,
 )
+from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHeld, NotAClone
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
+from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords
+from taskfleet.activities.support.git_async import Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
 from taskfleet.activities.support.worktrees import (
     RUN_TRAILER,
     TASK_TRAILER,
     Worktree,
-    WorktreeManager,
+    WorktreePool,
+    resolve,
 )
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.core.git_batch_start import op_payload, with_start_options
 from taskfleet.core.ids import landing_op_id, slug
@@ -36,13 +43,36 @@ from taskfleet.core.models.lessons import Lesson, LessonQuery
 from taskfleet.core.models.orchestrator import (
     TASK_FAILED,
     TASK_SUCCEEDED,
+    BranchClaim,
     TaskInput,
     TaskResult,
 )
-from taskfleet.core.names import ACTIVITY_RUN_TASK, GIT_BATCH_WORKFLOW, SIGNAL_ENQUEUE
+from taskfleet.core.names import (
+    ACTIVITY_CLAIM_BRANCHES,
+    ACTIVITY_RUN_TASK,
+    GIT_BATCH_WORKFLOW,
+    SIGNAL_ENQUEUE,
+)
 from taskfleet.core.settings import TaskfleetSettings
 
 PROMPT_LESSONS = 10
+# A prompt up to this size also reaches the executor in TASKFLEET_PROMPT; any size by file.
+PROMPT_IN_ENV_BYTES = 32 * 1024
+
+
+def task_file_stem(task_id: str) -> str:
+    """A file name for a task's per-task files that no other task id shares.
+
+    Readable head plus a hash of the exact id: `T2.1` and `T2.2`, `a/b` and `a-b`, `X` and `x` all
+    differ (`Path.with_suffix` on `T2.1` once gave every `T2.*` task the same lock).
+    """
+    return f"{slug(task_id, 48)}-{hashlib.sha256(task_id.encode()).hexdigest()[:10]}"
+
+
+def state_inside(state_dir: Path, repo: str) -> bool:
+    """Whether the worker's state dir lies inside the clone's work tree."""
+    state, root = Path(os.path.realpath(state_dir)), Path(os.path.realpath(repo))
+    return state == root or root in state.parents
 
 
 class TaskActivities:
@@ -57,37 +87,89 @@ class TaskActivities:
         self.lessons = lessons
         self.templates = templates
         self.results = results
-        self.worktrees = WorktreeManager(settings.worktrees_dir)
+        self.worktrees = WorktreePool(settings.worktrees_dir)
         self.scratch = ScratchDirs(settings.scratch_dir)
+        self.executors = ExecutorRecords(settings.state_dir / "executors")
+        self.claims = BranchClaims()
+
+    def prune_stale(self) -> list[Path]:
+        """At worker start: kill a crashed worker's executors, then remove its worktrees."""
+        self.executors.reap_dead()
+        return self.worktrees.prune_stale()
+
+    async def stop(self) -> None:
+        """At worker stop: drain the worktree pool (no worktree stays registered in any clone)."""
+        await self.worktrees.drain()
+
+    @activity.defn(name=ACTIVITY_CLAIM_BRANCHES)
+    async def claim_branches(self, claim: BranchClaim) -> int:
+        """Refuse a run whose task branches another running run holds on this clone."""
+        client = activity.client()
+
+        async def is_running(workflow_id: str, first_run_id: str) -> bool:
+            try:
+                described = await client.get_workflow_handle(workflow_id).describe()
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return False
+                raise
+            info = described.raw_description.workflow_execution_info
+            return described.status == WorkflowExecutionStatus.RUNNING and info.first_run_id == first_run_id
+
+        try:
+            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"))
+        except (BranchesHeld, NotAClone) as err:
+            raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
 
     @activity.defn(name=ACTIVITY_RUN_TASK)
     async def run_task(self, params: TaskInput) -> TaskResult:
         task = params.task
         started = time.monotonic()
-        log_path = self.settings.logs_dir / slug(params.run_key, 120) / f"{slug(task.id, 64)}.log"
+        info = activity.info()
+        run_dir = self.settings.logs_dir / slug(params.run_key, 120)
+        log_path = run_dir / f"{task_file_stem(task.id)}.log"
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
-        activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, activity.info().attempt)
+        scheduled = info.current_attempt_scheduled_time
+        if scheduled is not None:
+            result.wait_seconds = max(0.0, (datetime.now(timezone.utc) - scheduled).total_seconds())
+        activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, info.attempt)
+        self.executors.reap_now_and_then()
         if not task.worktree:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
             scratch = self.scratch.take()
             try:
-                await self._execute(params, scratch, *self._write_prompt(params, log_path), log_path, result)
+                await self._execute(params, scratch, *await self._write_prompt(params, log_path), log_path, result)
             finally:
                 self.scratch.give_back(scratch)
                 result.seconds = time.monotonic() - started
             if result.status == TASK_FAILED and result.failure_type:
                 await self._record_lesson(params, result)
             return result
-        try:
-            worktree = await asyncio.to_thread(
-                self.worktrees.create, params.repo, params.remote, task.id, task.branch, params.base, params.run_key
+        if state_inside(self.settings.state_dir, params.repo):
+            raise ApplicationError(
+                f"task {task.id}: the worker's state dir {self.settings.state_dir} is inside the clone "
+                f"{params.repo}; task worktrees and logs would land in the repository. Start the worker "
+                f"with --state-dir (or TASKFLEET_STATE_DIR) outside {params.repo}",
+                type="BadTaskSetup", non_retryable=True,
             )
+        heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
+        try:
+            base_commit = resolve(params.repo, params.base, params.remote)
+            resumed = await self.worktrees.resumable(params.repo, task.branch, base_commit, task.id, params.run_key)
         except OpFailed as err:
             raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
+        if resumed:
+            # A retry after a crash: this run already committed the task; only landing is left.
+            result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
+            await self._land(params, result)
+            result.seconds = time.monotonic() - started
+            return result
+        worktree = await self.worktrees.take(params.repo, task.branch, base_commit, heartbeat)
+        result.setup_seconds = worktree.setup_seconds
         try:
             await self._run(params, worktree, log_path, result)
         finally:
-            await asyncio.shield(asyncio.to_thread(self.worktrees.remove, params.repo, worktree))
+            self.worktrees.give_back(worktree)
             result.seconds = time.monotonic() - started
         if result.status == TASK_FAILED and result.failure_type:
             await self._record_lesson(params, result)
@@ -95,39 +177,63 @@ class TaskActivities:
 
     async def _run(self, params: TaskInput, worktree: Worktree, log_path: Path, result: TaskResult) -> None:
         task = params.task
-        if worktree.resumed_commit:
-            # A retry after a crash: this run already committed the task; only landing is left.
-            result.status, result.commit, result.resumed = TASK_SUCCEEDED, worktree.resumed_commit, True
-            await self._land(params, result)
-            return
-        prompt_file, prompt = self._write_prompt(params, log_path)
+        prompt_file, prompt = await self._write_prompt(params, log_path)
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         key = cache_key(
             activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
-            base_tree=await asyncio.to_thread(_tree_of, params.repo, worktree.base_commit),
+            base_tree=await git(params.repo, "rev-parse", f"{worktree.base_commit}^{{tree}}"),
         )
         cached = None if task.refresh else self.results.get(key)
-        if cached is not None:
-            try:
-                await asyncio.to_thread(_check_out, worktree.path, cached["commit"])
-            except GitCommandError:  # the commit is not in this clone: run the task after all
-                cached = None
-        if cached is not None:
+        commit = await self._from_cache(cached, worktree, params) if cached is not None else ""
+        if commit:
             for name in ("exec_exit_code", "verify_exit_code", "exec_seconds", "verify_seconds", "output_tail"):
                 setattr(result, name, cached.get(name))
-            result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, cached["commit"], True
+            result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, commit, True
             await self._land(params, result)
             return
 
         if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result):
             return
-        result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope, params.run_key)
+        try:
+            result.commit = await _commit(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
+                                          params.run_key, heartbeat=lambda: activity.heartbeat(task.id))
+        except CommitRefused as err:
+            result.status, result.failure_type, result.reason = TASK_FAILED, "bad_checkout", str(err)
+            return
         self.results.put(key, {
             "commit": result.commit, "exec_exit_code": result.exec_exit_code,
             "verify_exit_code": result.verify_exit_code, "exec_seconds": result.exec_seconds,
             "verify_seconds": result.verify_seconds, "output_tail": result.output_tail,
         })
         await self._land(params, result)
+
+    async def _from_cache(self, cached: dict, worktree: Worktree, params: TaskInput) -> str:
+        """The cached result's commit on the task branch, on today's base; "" when unusable.
+
+        The cache is keyed by the base's tree, so a commit made on an older base commit with the
+        same tree is the same work: it is committed again on the current base (same tree, this
+        run's trailers), never pushed on the old one.
+        """
+        task = params.task
+        ran = await git_run(params.repo, "rev-parse", f"{cached['commit']}^{{commit}}",
+                            f"{cached['commit']}^", f"{cached['commit']}^{{tree}}")
+        lines = ran.out.split()
+        if ran.code != 0 or len(lines) != 3:
+            return ""  # the commit is not in this clone: run the task after all
+        commit, parent, tree = lines
+        if parent != worktree.base_commit:
+            message = (await git(params.repo, "log", "-1", "--format=%B", commit)).split(f"\n\n{TASK_TRAILER}:")[0]
+            repo = Repo(params.repo)
+            try:
+                env = commit_env(repo)
+            finally:
+                repo.close()
+            commit = await git(
+                params.repo, "commit-tree", tree, "-p", worktree.base_commit, "-m", message or task.id,
+                "-m", f"{TASK_TRAILER}: {task.id}\n{RUN_TRAILER}: {params.run_key}", env=env,
+            )
+        # Point the task branch (checked out in the worktree) at the commit.
+        return commit if (await git_run(worktree.path, "reset", "-q", "--hard", commit)).code == 0 else ""
 
     async def _execute(
         self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult
@@ -143,14 +249,29 @@ class TaskActivities:
             "TASKFLEET_PROMPT": prompt,
             "TASKFLEET_PROMPT_FILE": str(prompt_file),
         }
+        if len(prompt.encode()) > PROMPT_IN_ENV_BYTES:
+            del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
+        token = self.executors.new_token()
+        env[TOKEN_VARIABLE] = token
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
+        record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
         with open(log_path, "a+b") as log:
-            executed = await run_command(task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run")
+            try:
+                executed = await run_command(
+                    task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
+                )
+            finally:
+                self.executors.forget(token)
             result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
             if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                 result.output_tail = tail(log)
                 return False
-            verified = await run_command(task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify")
+            try:
+                verified = await run_command(
+                    task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
+                )
+            finally:
+                self.executors.forget(token)
             result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
             result.output_tail = tail(log)
         if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
@@ -158,15 +279,15 @@ class TaskActivities:
         result.status = TASK_SUCCEEDED
         return True
 
-    def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
+    async def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
-        prompt = self._prompt(params)
-        prompt_file = log_path.with_suffix(".prompt.md")
+        prompt = await self._prompt(params)
+        prompt_file = log_path.parent / f"{log_path.stem}.prompt.md"
         prompt_file.parent.mkdir(parents=True, exist_ok=True)
         prompt_file.write_text(prompt)
         return prompt_file, prompt
 
-    def _prompt(self, params: TaskInput) -> str:
+    async def _prompt(self, params: TaskInput) -> str:
         task = params.task
         query = LessonQuery(task_type=task.task_type, activity_type=task.activity_type, limit=PROMPT_LESSONS)
         lessons = [asdict(m.lesson) for m in self.lessons.query(query)]
@@ -174,7 +295,7 @@ class TaskActivities:
         try:
             if task.template.endswith(TEMPLATE_SUFFIXES) and "{" not in task.template:
                 return self.templates.render(task.template, context).text
-            return self.templates.render_inline(task.template, context).text
+            return (await self.templates.render_with_limit(task.template, context)).text
         except TemplateRenderError as err:
             raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
 
@@ -190,6 +311,8 @@ class TaskActivities:
             message=f"Merge {task.id}: {task.scope}"[:200] if params.land == "merge" else "",
             # A task branch belongs to taskfleet: a re-run replaces what an earlier run pushed.
             force=params.land != "merge",
+            # The batcher fails the op unless the branch is still this task's commit when it lands.
+            expect_commit=result.commit,
         )
         config = GitBatchConfig(
             repo=params.repo, remote=params.remote, max_batch_size=params.git_max_batch_size,
@@ -227,32 +350,42 @@ def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what
     return True
 
 
-def _tree_of(repo_path: str, commit: str) -> str:
-    repo = Repo(repo_path)
-    try:
-        return repo.git.rev_parse(f"{commit}^{{tree}}")
-    finally:
-        repo.close()
+class CommitRefused(Exception):
+    """The worktree cannot be committed as the task's work; the message says why, for a person."""
 
 
-def _check_out(worktree: Path, commit: str) -> None:
-    """Point the task branch (checked out in the worktree) at a cached commit."""
+async def _commit(
+    worktree: Path, task_id: str, scope: str, branch: str, base_commit: str, run_key: str,
+    heartbeat: Heartbeat = _nothing,
+) -> str:
+    """Commit whatever the worktree holds onto the task's branch, wherever the executor left HEAD.
+
+    Executors (agents) may commit, switch or create branches: the task's work is the worktree's
+    content, on top of the executor's own commits when they build on the base. The commit is made
+    with plumbing (write-tree, commit-tree) and the task branch set to it, so the branch that is
+    pushed always carries the task's work.
+    """
+    await git(worktree, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: keep heartbeating
+    tree = await git(worktree, "write-tree", heartbeat=heartbeat)
+    head = (await git_run(worktree, "rev-parse", "--verify", "-q", "HEAD^{commit}")).out.strip()
+    parent = base_commit
+    if head and head != base_commit:
+        if (await git_run(worktree, "merge-base", "--is-ancestor", base_commit, head)).code != 0:
+            where = (await git_run(worktree, "symbolic-ref", "-q", "--short", "HEAD")).out.strip() or "a detached HEAD"
+            raise CommitRefused(
+                f"the executor left the worktree on {where} at {head[:12]}, which does not contain the base "
+                f"{base_commit[:12]}; nothing was committed on {branch}"
+            )
+        parent = head  # keep the executor's own commits
+    title = f"{task_id}: {scope}" if scope else task_id
     repo = Repo(worktree)
     try:
-        repo.git.reset("--hard", commit)
+        env = commit_env(repo)
     finally:
         repo.close()
-
-
-def _commit(worktree: Path, task_id: str, scope: str, run_key: str) -> str:
-    repo = Repo(worktree)
-    try:
-        repo.git.add("-A")
-        title = f"{task_id}: {scope}" if scope else task_id
-        repo.git.commit(
-            "--allow-empty", "-m", title[:200], "-m", f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}",
-            env=commit_env(repo),
-        )
-        return repo.head.commit.hexsha
-    finally:
-        repo.close()
+    commit = await git(
+        worktree, "commit-tree", tree, "-p", parent, "-m", title[:200],
+        "-m", f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}", env=env,
+    )
+    await git(worktree, "update-ref", "-m", f"taskfleet: {task_id}", f"refs/heads/{branch}", commit)
+    return commit

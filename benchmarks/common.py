@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -59,3 +60,14 @@ async def temporal_worker(task_queue: str, state_dir: Path, **worker_kwargs) -> 
 def emit(figures: dict) -> None:
     _JSON_OUT.write(json.dumps(figures, indent=2) + "\n")
     _JSON_OUT.flush()
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    """`asyncio.run(main())`, then exit without interpreter finalization: the Temporal runtime's
+    native threads may still be winding down, and CPython aborts if one touches the interpreter
+    while it finalizes (as `taskfleet.worker.console_main` does)."""
+    asyncio.run(main())
+    _JSON_OUT.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

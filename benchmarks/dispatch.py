@@ -1,29 +1,34 @@
-"""Orchestrator dispatch: N tasks of d seconds at concurrency c, through the real server and worker.
+"""Orchestrator dispatch against the bare SDK, in one run: N tasks of d seconds at concurrency c.
 
-Reports wall, ideal = ceil(N / c) * d, efficiency = ideal / wall and overhead per task in ms. The
-floors' cases use tasks with `worktree = false` (the task is its command: no git), so they measure
-dispatch itself; a `with_worktrees` case shows what worktree set-up, commit and landing add. The
-2,000-task board runs under a forced small history limit and reports its largest run's history.
-Prints JSON.
+Each case runs the same tasks through taskfleet (a board on the real server and worker) and
+through `sdk_baseline.BaselineDispatch` (a bare workflow starting the same two processes per task),
+alternating which goes first, on the same dev server and in the same process. Efficiency =
+ceil(N / c) * d / wall; what is taskfleet's is the ratio taskfleet / baseline (the machine sets the
+absolute floor). Cases with worktrees compare against a baseline that adds `git worktree add` and
+`git worktree remove` per task; taskfleet additionally commits each task and lands it (batched
+pushes), which the baseline does not. Also: 1,000 no-op tasks (ms per task) and, in full mode, a
+2,000-task board under a forced small history limit. Prints JSON, with the load average.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from common import emit, temporal_worker
+import sdk_baseline
+from common import emit, run, temporal_worker
 
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.testing import make_git_remote
 
 TASK_QUEUE = "bench-dispatch"
+BASELINE_QUEUE = "bench-dispatch-baseline"
 
 
 async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int, worktree: bool = False,
@@ -50,9 +55,7 @@ async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
         "workflow_wall_seconds": result.stats.wall_seconds,
         "ideal_seconds": round(ideal, 3),
         "efficiency": round(ideal / wall, 3) if ideal else None,
-        "efficiency_workflow_clock": round(ideal / result.stats.wall_seconds, 3) if ideal else None,
         "overhead_ms_per_task": round((wall - ideal) * 1000 / n, 2),
-        "speedup": result.stats.speedup,
         "avg_task_activity_seconds": round(sum(t.seconds for t in result.tasks) / n, 4),
         "max_running_observed": result.stats.max_running,
         "failed": len(failed),
@@ -62,26 +65,70 @@ async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
     }
 
 
+async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, worktree: bool, repeat: int) -> dict:
+    """taskfleet and the bare SDK on the same tasks, alternating which goes first."""
+    ideal = math.ceil(n / concurrency) * seconds
+    activity = "worktree_two_processes" if worktree else "two_processes"
+    ours: list[dict] = []
+    baseline: list[float] = []
+    for rep in range(repeat):
+        for side in (("taskfleet", "baseline") if rep % 2 == 0 else ("baseline", "taskfleet")):
+            if side == "taskfleet":
+                ours.append(await run_case(client, repo, n, seconds, concurrency, worktree=worktree))
+            else:
+                wall = await sdk_baseline.run_once(client, activity, n, seconds, concurrency, str(repo), BASELINE_QUEUE)
+                baseline.append(round(ideal / wall, 3))
+    ours_eff = statistics.median(r["efficiency"] for r in ours)
+    base_eff = statistics.median(baseline)
+    return {
+        "tasks": n, "task_seconds": seconds, "concurrency": concurrency, "worktrees": worktree,
+        "baseline_activity": activity,
+        "taskfleet_efficiency": ours_eff,
+        "baseline_efficiency": base_eff,
+        "ratio_taskfleet_over_baseline": round(ours_eff / base_eff, 3),
+        "taskfleet_efficiency_runs": [r["efficiency"] for r in ours],
+        "baseline_efficiency_runs": baseline,
+        "taskfleet_failed": sum(r["failed"] for r in ours),
+        "taskfleet_overhead_ms_per_task": statistics.median(r["overhead_ms_per_task"] for r in ours),
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="skip the 2,000-task board")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run each: seconds")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per side per case (full mode)")
     args = parser.parse_args()
+    if args.quick:
+        cases = {"20x0.1s_c10": (20, 0.1, 10, False), "9x0.2s_c9_with_worktrees": (9, 0.2, 9, True)}
+        repeat, noop = 1, (100, 50)
+    else:
+        cases = {
+            "100x0.2s_c20": (100, 0.2, 20, False),
+            "9x0.5s_c9": (9, 0.5, 9, False),
+            "100x0.2s_c20_with_worktrees": (100, 0.2, 20, True),
+            "9x0.5s_c9_with_worktrees": (9, 0.5, 9, True),
+        }
+        repeat, noop = args.repeat, (1000, 100)
+    figures: dict = {"quick": args.quick, "cpus": os.cpu_count(), "load_average_1m_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory() as tmp:
         fx = make_git_remote(Path(tmp) / "git")
-        async with temporal_worker(TASK_QUEUE, Path(tmp) / "state", max_concurrent_activities=200, max_concurrent_activity_task_polls=int(os.environ.get("POLLS", "5"))) as client:
-            await run_case(client, fx.clone, 20, 0, 20)  # warm-up: server caches, imports
-            cases = {
-                "9x0.5s_c9": await run_case(client, fx.clone, 9, 0.5, 9),
-                "100x0.2s_c20": await run_case(client, fx.clone, 100, 0.2, 20),
-                "1000_noop_c100": await run_case(client, fx.clone, 1000, 0, 100),
-                "9x0.5s_c9_with_worktrees": await run_case(client, fx.clone, 9, 0.5, 9, worktree=True),
-            }
-            if not args.quick:
-                cases["2000_noop_c100_history_limit_2000"] = await run_case(
-                    client, fx.clone, 2000, 0, 100, max_history_events=2000
-                )
-    emit(cases)
+        async with temporal_worker(TASK_QUEUE, Path(tmp) / "state", max_concurrent_activities=200,
+                                   max_concurrent_activity_task_polls=int(os.environ.get("POLLS", "5"))) as client:
+            async with sdk_baseline.baseline_worker(client, BASELINE_QUEUE):
+                await run_case(client, fx.clone, 20, 0, 20)  # warm-up: server caches, imports
+                await sdk_baseline.run_once(client, "two_processes", 20, 0, 20, task_queue=BASELINE_QUEUE)
+                figures["compare"] = {
+                    key: await compare(client, fx.clone, *case, repeat=repeat) for key, case in cases.items()
+                }
+                n, c = noop
+                figures[f"{n}_noop_c{c}"] = await run_case(client, fx.clone, n, 0, c)
+                if not args.quick:
+                    figures["2000_noop_c100_history_limit_2000"] = await run_case(
+                        client, fx.clone, 2000, 0, 100, max_history_events=2000
+                    )
+    figures["load_average_1m_after"] = round(os.getloadavg()[0], 2)
+    emit(figures)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from common import emit, temporal_worker
+from common import emit, run, temporal_worker
 
 from taskfleet.clients.git_batcher import GitBatcherClient, op_payload
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
@@ -105,8 +105,11 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per mode; medians are compared")
     parser.add_argument("--transport", choices=["local", "ssh_delay"], action="append",
                         help="measure only this transport (repeatable; default: both)")
+    parser.add_argument("--quick", action="store_true", help="10 ops in batches of 5, once, local only: seconds")
     args = parser.parse_args()
-    figures: dict = {"ops": args.ops, "max_batch_size": args.max_batch_size}
+    if args.quick:
+        args.ops, args.max_batch_size, args.repeat, args.transport = 10, 5, 1, args.transport or ["local"]
+    figures: dict = {"quick": args.quick, "ops": args.ops, "max_batch_size": args.max_batch_size}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["GIT_SSH_COMMAND"] = str(fake_ssh(root, args.delay))
@@ -132,4 +135,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

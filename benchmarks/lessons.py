@@ -120,7 +120,10 @@ def main() -> None:
     parser.add_argument("--lessons", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=2_000)
     parser.add_argument("--scans", type=int, default=5, help="linear scans to time (each is slow)")
+    parser.add_argument("--quick", action="store_true", help="5,000 lessons, 200 queries, 2 scans: seconds")
     args = parser.parse_args()
+    if args.quick:
+        args.lessons, args.queries, args.scans = 5_000, 200, 2
     rng = random.Random(11)
     lessons = synthetic_lessons(args.lessons)
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,6 +162,7 @@ def main() -> None:
         )
 
     emit({
+        "quick": args.quick,
         "lessons": stats.lessons,
         "build_seconds": round(build, 3),
         "build_lines_per_second": round(args.lessons / build),

@@ -2,19 +2,25 @@
 
 A bare workflow dispatches N activities with the same sliding window as the orchestrator, at
 concurrency c, on the same dev server. Its activity either only sleeps d seconds
-(`asyncio.sleep`) or starts the two processes a taskfleet task starts (`sh -c "sleep d"`, then
-`sh -c true`). Same figures as `dispatch.py`: efficiency = ceil(N / c) * d / wall, or ms per
-task for the no-op case. Prints JSON.
+(`asyncio.sleep`), or starts the two processes a taskfleet task starts (`sh -c "sleep d"`, then
+`sh -c true`), or does that inside a git worktree it adds and removes (`git worktree add --detach`,
+`git worktree remove --force`): the fair baseline for taskfleet tasks with worktrees (taskfleet also
+commits each task and lands it through the batcher; the baseline does neither). Same figures as
+`dispatch.py`: efficiency = ceil(N / c) * d / wall, or ms per task for the no-op case. `dispatch.py`
+imports this module to run the baseline beside taskfleet in one run. Prints JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import time
+import uuid
 from datetime import timedelta
+from pathlib import Path
 
-from common import emit
+from common import emit, run
 from temporalio import activity, workflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -25,27 +31,55 @@ TASK_QUEUE = "bench-sdk-baseline"
 
 
 @activity.defn
-async def sleep_only(seconds: float) -> None:
+async def sleep_only(seconds: float, repo: str = "") -> None:
     if seconds:
         await asyncio.sleep(seconds)
 
 
-@activity.defn
-async def two_processes(seconds: float) -> None:
+async def _two_processes(seconds: float, cwd: str | None = None) -> None:
     for command in (f"sleep {seconds}" if seconds else "true", "true"):
-        proc = await asyncio.create_subprocess_exec("sh", "-c", command)
+        proc = await asyncio.create_subprocess_exec("sh", "-c", command, cwd=cwd)
         await proc.wait()
+
+
+async def _git(repo: str, *args: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        "git", "-C", repo, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"git {' '.join(args)}: {err.decode(errors='replace').strip()}")
+
+
+@activity.defn
+async def two_processes(seconds: float, repo: str = "") -> None:
+    await _two_processes(seconds)
+
+
+@activity.defn
+async def worktree_two_processes(seconds: float, repo: str) -> None:
+    path = str(Path(repo).parent / "baseline-worktrees" / uuid.uuid4().hex[:12])
+    await _git(repo, "worktree", "add", "--detach", "--quiet", path, "HEAD")
+    try:
+        await _two_processes(seconds, cwd=path)
+    finally:
+        await _git(repo, "worktree", "remove", "--force", path)
+
+
+ACTIVITIES = [sleep_only, two_processes, worktree_two_processes]
 
 
 @workflow.defn(sandboxed=False)
 class BaselineDispatch:
     @workflow.run
-    async def run(self, activity_name: str, n: int, seconds: float, concurrency: int) -> None:
+    async def run(self, activity_name: str, n: int, seconds: float, concurrency: int, repo: str = "") -> None:
         running = 0
 
         async def one() -> None:
             nonlocal running
-            await workflow.execute_activity(activity_name, seconds, start_to_close_timeout=timedelta(minutes=5))
+            await workflow.execute_activity(
+                activity_name, args=[seconds, repo], start_to_close_timeout=timedelta(minutes=5)
+            )
             running -= 1
 
         tasks = []
@@ -56,37 +90,54 @@ class BaselineDispatch:
         await asyncio.gather(*tasks)
 
 
+def baseline_worker(client, task_queue: str = TASK_QUEUE) -> Worker:
+    return Worker(client, task_queue=task_queue, workflows=[BaselineDispatch], activities=ACTIVITIES,
+                  max_concurrent_activities=200)
+
+
+async def run_once(client, activity_name: str, n: int, seconds: float, concurrency: int, repo: str = "",
+                   task_queue: str = TASK_QUEUE) -> float:
+    """Wall seconds of one baseline dispatch."""
+    started = time.perf_counter()
+    await client.execute_workflow(
+        BaselineDispatch.run, args=[activity_name, n, seconds, concurrency, repo],
+        id=f"baseline-{activity_name}-{n}-{time.time_ns()}", task_queue=task_queue,
+    )
+    return time.perf_counter() - started
+
+
 async def measure(client, activity_name: str, n: int, seconds: float, concurrency: int, runs: int = 3) -> list[float]:
     figures = []
-    for run in range(runs):
-        started = time.perf_counter()
-        await client.execute_workflow(
-            BaselineDispatch.run, args=[activity_name, n, seconds, concurrency],
-            id=f"baseline-{activity_name}-{n}-{run}-{time.time_ns()}", task_queue=TASK_QUEUE,
-        )
-        wall = time.perf_counter() - started
+    for _ in range(runs):
+        wall = await run_once(client, activity_name, n, seconds, concurrency)
         ideal = math.ceil(n / concurrency) * seconds
         figures.append(round(ideal / wall, 3) if ideal else round(wall * 1000 / n, 2))
     return figures
 
 
 async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run each: seconds")
+    args = parser.parse_args()
+    runs = 1 if args.quick else 3
+    cases = (
+        {"9x0.2s_c9_efficiency": (9, 0.2, 9), "20x0.1s_c10_efficiency": (20, 0.1, 10),
+         "100_noop_c50_ms_per_task": (100, 0, 50)}
+        if args.quick else
+        {"9x0.5s_c9_efficiency": (9, 0.5, 9), "100x0.2s_c20_efficiency": (100, 0.2, 20),
+         "1000_noop_c100_ms_per_task": (1000, 0, 100)}
+    )
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_temporal_cli(), dev_server_log_level="error")
     try:
-        async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[BaselineDispatch],
-                          activities=[sleep_only, two_processes], max_concurrent_activities=200):
+        async with baseline_worker(env.client):
             await measure(env.client, "sleep_only", 20, 0, 20, runs=1)  # warm-up
-            figures = {}
+            figures: dict = {"quick": args.quick}
             for name in ("sleep_only", "two_processes"):
-                figures[name] = {
-                    "9x0.5s_c9_efficiency": await measure(env.client, name, 9, 0.5, 9),
-                    "100x0.2s_c20_efficiency": await measure(env.client, name, 100, 0.2, 20),
-                    "1000_noop_c100_ms_per_task": await measure(env.client, name, 1000, 0, 100),
-                }
+                figures[name] = {key: await measure(env.client, name, *case, runs=runs) for key, case in cases.items()}
     finally:
         await env.shutdown()
     emit(figures)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

@@ -25,7 +25,10 @@ def context() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--renders", type=int, default=2_000)
+    parser.add_argument("--quick", action="store_true", help="200 renders each")
     args = parser.parse_args()
+    if args.quick:
+        args.renders = 200
     ctx = context()
     cache = TemplateCache()
     cache.load()
@@ -44,6 +47,7 @@ def main() -> None:
 
     assert cached_text == fresh_text
     emit({
+        "quick": args.quick,
         "template": "implementer.j2",
         "lessons": 20,
         "renders": args.renders,

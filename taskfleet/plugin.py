@@ -13,27 +13,33 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowHistory
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
+from temporalio.worker import Replayer, Worker, WorkerConfig, WorkflowReplayResult, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.lessons import LessonsActivities
+from taskfleet.activities.llm import LLMActivities
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.task_runner import TaskActivities
+from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
+from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
+from taskfleet.workflows.llm_task import LLMTaskWorkflow
 from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 
 log = logging.getLogger("taskfleet.plugin")
 
-WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow]
+WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
+                         LLMTaskWorkflow]
 
 # Modules a user's sandboxed workflow may import (directly, or through `from taskfleet import
 # TaskfleetPlugin` at the top of its module) without the sandbox re-importing them: GitPython runs
@@ -56,6 +62,7 @@ class WorkerServices:
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
+        self.llm = LLMActivities(settings, LLMSettings(), self.lessons, self.templates, self.result_cache, self.tasks)
         self.started = False
 
     def activities(self) -> list[Callable]:
@@ -65,6 +72,8 @@ class WorkerServices:
             self.lesson_activities.record_lesson,
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
+            self.tasks.claim_branches,
+            *self.llm.activities(),
         ]
 
     async def start(self) -> None:
@@ -77,7 +86,7 @@ class WorkerServices:
                 stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10],
             )
         await asyncio.to_thread(self.result_cache.open)
-        stale = await asyncio.to_thread(self.tasks.worktrees.prune_stale)
+        stale = await asyncio.to_thread(self.tasks.prune_stale)
         await asyncio.to_thread(self.tasks.scratch.prune_stale)
         if stale:
             log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
@@ -97,7 +106,10 @@ class WorkerServices:
         try:
             yield
         finally:
-            self.stop()
+            try:
+                await self.tasks.stop()  # drain the worktree pool
+            finally:
+                self.stop()
 
 
 def _appending(extra: Callable[[], Sequence[Any]]) -> Callable[[Sequence[Any] | None], list[Any]]:
@@ -129,6 +141,28 @@ class TaskfleetPlugin(SimplePlugin):
             activities=_appending(self.services.activities),
             workflow_runner=_with_passthrough,
         )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Two worker settings (h5, issue 16), after SimplePlugin's own:
+
+        Cancel in about a second: a cancel reaches a running task only in a heartbeat's answer,
+        and the SDK sends heartbeats at most every min(0.8 x heartbeat timeout, this worker's
+        `max_heartbeat_throttle_interval`), i.e. every 24 s for our 30 s heartbeat timeout. Lowered
+        to 1 s, only when the user left the SDK's default (60 s) in place.
+
+        Worker Versioning: our workflows declare a versioning behavior, which an unversioned
+        worker must not send (see taskfleet/versioning.py)."""
+        from taskfleet.versioning import UnversionedRunner, uses_worker_versioning
+
+        config = super().configure_worker(config)
+        sdk_default, ours = timedelta(seconds=60), timedelta(seconds=1)
+        if config.get("max_heartbeat_throttle_interval", sdk_default) == sdk_default:
+            config["max_heartbeat_throttle_interval"] = ours
+        if not uses_worker_versioning(config):
+            for key in ("workflow_runner", "unsandboxed_workflow_runner"):
+                if config.get(key) is not None:
+                    config[key] = UnversionedRunner(config[key])  # type: ignore[literal-required]
+        return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         from taskfleet.clients.search_attributes import ensure_search_attributes

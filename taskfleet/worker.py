@@ -17,7 +17,8 @@ from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
 
-from temporalio.worker import Worker
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from taskfleet.clients.connection import (
     StartupError,
@@ -77,6 +78,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where the dev server database, logs and caches live (env TASKFLEET_STATE_DIR)",
     )
     parser.add_argument(
+        "--deployment-name",
+        default=os.environ.get("TASKFLEET_DEPLOYMENT_NAME") or None,
+        help="run as a version of this Worker Deployment (with --build-id; env TASKFLEET_DEPLOYMENT_NAME)",
+    )
+    parser.add_argument(
+        "--build-id",
+        default=os.environ.get("TASKFLEET_BUILD_ID") or None,
+        help="this worker's version in the deployment (env TASKFLEET_BUILD_ID)",
+    )
+    parser.add_argument(
         "--shutdown-grace-seconds",
         type=float,
         default=float(os.environ.get("TASKFLEET_SHUTDOWN_GRACE_SECONDS", "10")),
@@ -85,7 +96,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def deployment_config(args: argparse.Namespace) -> WorkerDeploymentConfig | None:
+    """Worker Versioning: with a deployment name and build id, this worker is that version of the
+    deployment (each workflow declares PINNED or AUTO_UPGRADE in its `@workflow.defn`); without
+    them, an unversioned worker as before."""
+    name, build_id = args.deployment_name, args.build_id
+    if not name and not build_id:
+        return None
+    if not name or not build_id:
+        raise StartupError(
+            "--deployment-name and --build-id go together (env TASKFLEET_DEPLOYMENT_NAME, TASKFLEET_BUILD_ID)"
+        )
+    if "." in name:
+        raise StartupError(f"deployment name {name!r} must not contain '.'")
+    return WorkerDeploymentConfig(version=WorkerDeploymentVersion(name, build_id), use_worker_versioning=True)
+
+
 async def run(args: argparse.Namespace) -> None:
+    versioning = deployment_config(args)
     config = load_connect_config(args.address, args.namespace)
     max_activities = args.max_concurrent_activities or _env_int(
         "TASKFLEET_MAX_CONCURRENT_ACTIVITIES", 100
@@ -117,11 +145,13 @@ async def run(args: argparse.Namespace) -> None:
             plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=state_dir))],
             max_concurrent_activities=max_activities,
             graceful_shutdown_timeout=timedelta(seconds=args.shutdown_grace_seconds),
+            deployment_config=versioning,
         )
         metrics = f" metrics=http://{args.metrics_address}/metrics" if args.metrics_address else ""
+        version = f" deployment_version={versioning.version.to_canonical_string()}" if versioning else ""
         print(
             f"taskfleet worker: {origin}, {describe(config)} task_queue={args.task_queue} "
-            f"ui={ui_url}{metrics} pid={os.getpid()}",
+            f"ui={ui_url}{metrics}{version} pid={os.getpid()}",
             flush=True,
         )
         # Run as a task so that a failed start (a template that does not compile, say) ends us
@@ -129,17 +159,28 @@ async def run(args: argparse.Namespace) -> None:
         running = asyncio.create_task(worker.run())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        shutting_down = None
         if not running.done():
             print("taskfleet worker: shutting down", flush=True)
-            await worker.shutdown()
+            # Not `await worker.shutdown()`: it waits for a completion the SDK only signals once
+            # the worker has started polling, so a start that fails after a SIGTERM (in a plugin's
+            # run context, say) would hang. Ask for the shutdown, then wait for `run` to end.
+            shutting_down = asyncio.create_task(worker.shutdown())
+            await asyncio.wait({running})
         stopping.cancel()
         try:
             await running
-        except StartupError:
-            raise
+        except StartupError as err:
+            if not stop.is_set():
+                raise
+            print(f"taskfleet worker: error while stopping: {err}", file=sys.stderr, flush=True)
         except Exception as err:
             if not stop.is_set():
                 raise StartupError(f"the worker stopped: {err}") from None
+            print(f"taskfleet worker: error while stopping: {err}", file=sys.stderr, flush=True)
+        finally:
+            if shutting_down is not None:
+                shutting_down.cancel()
     print("taskfleet worker: stopped", flush=True)
 
 

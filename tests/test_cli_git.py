@@ -29,7 +29,7 @@ async def test_cli_enqueue_flush_status(server_address, task_queue, make_worker,
         sent = await taskfleet(server_address, task_queue, "git", "enqueue", *repo, "--op-type", "commit",
                          "--branch", "cli/one", "--message", "from the cli", "--worktree", str(wt), "--id", "cli-1")
         assert sent.returncode == 0, sent.stderr
-        assert git_batch_workflow_id(str(fx.clone)) in sent.stdout
+        assert git_batch_workflow_id(str(fx.clone), "origin", task_queue) in sent.stdout
 
         bad = await taskfleet(server_address, task_queue, "git", "enqueue", *repo, "--wait", "--branch=-x")
         assert bad.returncode == 1 and "starts with '-'" in bad.stderr

@@ -7,8 +7,9 @@ import json
 import subprocess
 from pathlib import Path
 
+from taskfleet.cli.demo import DEMO_TASK_QUEUE
 from taskfleet.devserver.server import find_temporal_cli
-from tests.conftest import ROOT, GitRemoteFixture, python_cmd
+from tests.conftest import ROOT, GitRemoteFixture, eventually, python_cmd
 
 
 async def cli(address: str, *args: str, task_queue: str = "taskfleet", timeout: float = 120) -> subprocess.CompletedProcess:
@@ -36,6 +37,23 @@ async def test_demo_runs_the_example_board_with_one_push(server_address: str, tm
     assert workflow_id in listed.stdout and "Completed" in listed.stdout
     clone = tmp_path / "state" / "demo" / "clone"
     assert (clone / ".git").is_dir()
+    # Nothing left that looks broken: the demo's batcher is not left Running without a worker ...
+    async def batcher_ended() -> str:
+        listed = subprocess.run(
+            [find_temporal_cli(), "workflow", "list", "--address", server_address, "--query",
+             f'WorkflowType="GitBatchWorkflow" AND TaskQueue="{DEMO_TASK_QUEUE}"'],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert "taskfleet-git-clone-origin" in listed.stdout and "Running" not in listed.stdout, listed.stdout
+        return listed.stdout
+
+    assert "Terminated" in await eventually(batcher_ended, timeout=30)
+    # ... and `status` on the finished run answers at once, with no worker (the demo's has stopped).
+    shown = await cli(server_address, "status", workflow_id, timeout=20)
+    assert shown.returncode == 0 and "COMPLETED" in shown.stdout and "9/9 done" in shown.stdout, shown.stderr
+    assert shown.stderr == ""
+    # The closing hint names commands that run as printed (the server it points at is still up).
+    assert f"status {workflow_id}" in done.stdout and "workflow list --address" in done.stdout
 
 
 async def test_run_status_and_refused_board(server_address, task_queue, make_worker, git_remote: GitRemoteFixture, tmp_path):

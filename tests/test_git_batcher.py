@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from taskfleet.clients.git_batcher import GitBatcherClient
-from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
+from taskfleet.core.models.git_batch import GitBatchConfig, GitOp, GitOpsLanded, OpOutcome
 from taskfleet.testing import make_git_remote
-from tests.conftest import GitRemoteFixture, git, landed_ops, save_history
+from tests.conftest import GitRemoteFixture, eventually, git, landed_ops, save_history
+
+
+@workflow.defn(name="LandedListener", sandboxed=False)
+class LandedListener:
+    """Stands in for an orchestrator: collects the `git_ops_landed` outcomes sent to it."""
+
+    def __init__(self) -> None:
+        self.got: list[OpOutcome] = []
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal(name="git_ops_landed")
+    def landed(self, message: GitOpsLanded) -> None:
+        self.got.extend(message.outcomes)
+
+    @workflow.query
+    def outcomes(self) -> list[OpOutcome]:
+        return self.got
 
 
 def batcher(client: Client, fx: GitRemoteFixture, task_queue: str, **config) -> GitBatcherClient:
@@ -274,3 +295,149 @@ async def test_commit_ops_with_wrong_worktrees_fail_alone(client: Client, make_w
     for i in range(2):
         assert fx.remote_ref(f"good/{i}") == git(fx.clone, "rev-parse", f"good/{i}")
     assert fx.pushes() == 1
+
+
+async def test_push_expecting_a_commit_fails_alone_when_the_branch_moved(client: Client, make_worker, task_queue, git_remote):
+    """Contract C1: a push op whose branch is no longer at `expect_commit` fails (only that op), and
+    a landed op's `branch_commit` is the remote ref's new value."""
+    fx = git_remote
+    main = git(fx.clone, "rev-parse", "main")
+    for name in ("steady", "moved"):
+        git(fx.clone, "branch", name, "main")
+    # The op is sent expecting main's commit; then the branch moves on before the batch applies.
+    wt = fx.clone.parent / "wt" / "moved"
+    git(fx.clone, "worktree", "add", "-q", str(wt), "moved")
+    fx.change(wt, "later.txt", "committed after the op was sent\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-qm", "moved on")
+    moved_tip = git(fx.clone, "rev-parse", "moved")
+    gb = batcher(client, fx, task_queue, max_batch_size=10)
+    async with make_worker():
+        await gb.enqueue(GitOp(op_type="push", branch="steady", id="steady", expect_commit=main))
+        await gb.enqueue(GitOp(op_type="push", branch="moved", id="moved", expect_commit=main))
+        result = await gb.flush_now()
+    by_id = {o.op_id: o for o in result.outcomes}
+    assert by_id["steady"].status == "landed"
+    assert by_id["steady"].branch_commit == fx.remote_ref("steady") == main
+    assert by_id["moved"].status == "failed" and by_id["moved"].branch_commit == ""
+    reason = by_id["moved"].reason
+    assert "moved" in reason and moved_tip in reason and main in reason, reason
+    assert not fx.remote_ref("moved")
+
+
+async def test_branch_commit_of_commit_push_and_merge_ops(client: Client, make_worker, task_queue, git_remote):
+    """C1 for each op type: commit and push report the ref the remote now holds; a merge reports
+    the merged branch's tip, and the target's new value stays in `commit`."""
+    fx = git_remote
+    commit, _ = commit_op(fx, "c1/commit", "c")
+    gb = batcher(client, fx, task_queue, max_batch_size=10)
+    async with make_worker():
+        await gb.enqueue(commit)
+        first = await gb.flush_now()
+        tip = git(fx.clone, "rev-parse", "c1/commit")
+        await gb.enqueue(GitOp(op_type="push", branch="c1/commit", id="p"))  # already there
+        await gb.enqueue(GitOp(op_type="merge", branch="c1/commit", id="m", expect_commit=tip))
+        second = await gb.flush_now()
+    [c] = first.outcomes
+    assert c.status == "landed" and c.branch_commit == tip == fx.remote_ref("c1/commit")
+    by_id = {o.op_id: o for o in second.outcomes}
+    assert by_id["p"].status == "up_to_date" and by_id["p"].branch_commit == tip
+    assert by_id["m"].status == "landed" and by_id["m"].branch_commit == tip
+    assert by_id["m"].commit == fx.remote_ref("main") != tip
+
+
+@pytest.mark.parametrize("bad", ["abc", "A" * 40, "g" * 40])
+async def test_expect_commit_must_be_forty_hex(client: Client, make_worker, task_queue, git_remote, bad):
+    gb = batcher(client, git_remote, task_queue)
+    async with make_worker():
+        with pytest.raises(WorkflowUpdateFailedError) as caught:
+            await gb.submit({"op_type": "push", "branch": "main", "expect_commit": bad})
+    assert "expect_commit" in str(caught.value.cause)
+
+
+async def test_retry_of_a_batch_that_fails_again_reports_failed(client: Client, make_worker, task_queue, tmp_path):
+    """Issue 12 item 10: a batch cut by a size flush fails (nobody waits on it); `retry` then fails
+    again and must say so, with the error. Failed batches count in `failed_ops` (issue 11)."""
+    not_a_repo = tmp_path / "not-a-repo"
+    not_a_repo.mkdir()
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(not_a_repo), max_batch_size=1, max_batch_age_seconds=3600), task_queue)
+    async with make_worker():
+        await gb.enqueue(GitOp(op_type="push", branch="main", id="p1"))
+
+        async def failed_once():
+            status = await gb.status()
+            assert status.failed_batches, status
+            return status
+
+        status = await eventually(failed_once)
+        batch_id = status.failed_batches[0].id
+        assert status.stats.failed_ops == 1
+        retried = await gb.retry(batch_id)
+        status = await gb.status()
+    assert retried.status == "failed"
+    assert "not a git clone" in retried.error and retried.error.startswith(f"{batch_id}: ")
+    assert "\n" not in retried.error
+    assert [o.status for o in retried.outcomes] == ["failed"]
+    assert [b.id for b in status.failed_batches] == [batch_id]
+    assert status.stats.failed_ops == 2 and status.stats.landed_ops == 0
+
+
+async def test_held_ops_are_bounded_and_room_returns_after_landing(client: Client, make_worker, task_queue, git_remote):
+    """Accepted ops are never dropped, so the batcher refuses new ones past its held-ops budget
+    (what it would carry through continue-as-new), with why; once batches land there is room again."""
+    fx = git_remote
+    big = "m" * (60 * 1024)
+    gb = batcher(client, fx, task_queue, max_batch_size=100)
+    accepted = 0
+    async with make_worker(workflows=[LandedListener]):
+        with pytest.raises(WorkflowUpdateFailedError) as caught:
+            for i in range(20):
+                await gb.submit(GitOp(op_type="merge", branch="main", target=f"room/{i}", id=f"big-{i}", message=big))
+                accepted += 1
+        assert "unfinished ops" in str(caught.value.cause) and "KiB" in str(caught.value.cause)
+        assert 4 <= accepted < 20
+        listener = await client.start_workflow(LandedListener.run, id=f"listener-{task_queue}", task_queue=task_queue)
+        await gb.enqueue(GitOp(op_type="push", branch="main", id="refused-by-signal", message=big, reply_to=listener.id))
+        status = await gb.status()
+        assert len(status.queue) == accepted
+        assert "unfinished ops" in status.rejected[-1].reason
+        assert len(status.rejected[-1].op["message"]) < 200  # a preview, not the op
+
+        async def told() -> list[OpOutcome]:
+            outcomes = await listener.query(LandedListener.outcomes)
+            assert outcomes, "the sender of the refused op was not told"
+            return outcomes
+
+        [outcome] = await eventually(told)
+        assert outcome.op_id == "refused-by-signal" and outcome.status == "failed"
+        assert "refused by the git batcher" in outcome.reason and "unfinished ops" in outcome.reason
+        await gb.flush_now()
+        assert await gb.submit(GitOp(op_type="push", branch="main", id="after", message=big)) == "after"
+
+
+async def test_each_task_queue_has_its_own_batcher(client: Client, git_remote, settings, tmp_path):
+    """Contract C2: two clients on two queues, two workers: two batchers, each landing through the
+    worker of its own queue."""
+    from temporalio.worker import Worker
+
+    from taskfleet.core.ids import git_batch_workflow_id
+    from taskfleet.plugin import TaskfleetPlugin
+
+    fx = git_remote
+    queues = [f"c2-a-{tmp_path.name[-8:]}", f"c2-b-{tmp_path.name[-8:]}"]
+    clients = [batcher(client, fx, q) for q in queues]
+    assert clients[0].workflow_id != clients[1].workflow_id
+    assert git_batch_workflow_id(str(fx.clone)) == git_batch_workflow_id(str(fx.clone), "origin", "taskfleet")
+    assert clients[0].workflow_id.startswith("taskfleet-git-clone-origin-")
+    workers = [Worker(client, task_queue=q, plugins=[TaskfleetPlugin(settings)]) for q in queues]
+    async with workers[0], workers[1]:
+        for i, gb in enumerate(clients):
+            await gb.enqueue(commit_op(fx, f"q{i}/work")[0])
+        results = [await gb.flush_now() for gb in clients]
+        histories = [await gb.handle.fetch_history() for gb in clients]
+    for i, (result, history) in enumerate(zip(results, histories)):
+        assert [o.status for o in result.outcomes] == ["landed"]
+        assert fx.remote_ref(f"q{i}/work") == result.outcomes[0].branch_commit
+        scheduled = [e.activity_task_scheduled_event_attributes.task_queue.name for e in history.events
+                     if e.HasField("activity_task_scheduled_event_attributes")]
+        assert scheduled == [queues[i]]

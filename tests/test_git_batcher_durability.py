@@ -96,8 +96,72 @@ async def test_ops_arriving_through_continue_as_new_land_once(
         status = await landed_ops(gb, len(ops), timeout=60)
         description = await gb.handle.describe()
         save_history("git_batcher_after_continue_as_new", (await gb.handle.fetch_history()).to_json())
+        first_run = client.get_workflow_handle(
+            gb.workflow_id, run_id=description.raw_description.workflow_execution_info.first_run_id
+        )
+        save_history("git_batcher_first_run_continued_as_new", (await first_run.fetch_history()).to_json())
     assert status.runs > 1, "the workflow never continued as new"
     assert description.run_id != description.raw_description.workflow_execution_info.first_run_id
     assert status.stats.total_ops == len(ops)
     assert status.stats.pushes == len(ops) // 4
+    assert_each_landed_once(fx, ops)
+
+
+async def test_huge_and_deep_rejections_never_reach_continue_as_new(
+    client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
+):
+    """Issue 12 item 2: rejected ops are kept as bounded previews, so a few 1.5 MB ops and a value
+    nested 600 deep neither break `status` nor swell the continue-as-new input."""
+    fx = git_remote
+    ops = fx.commit_ops("after-junk", 4)
+    gb = GitBatcherClient(
+        client,
+        GitBatchConfig(repo=str(fx.clone), max_batch_size=2, max_batch_age_seconds=3600, max_history_events=20),
+        task_queue,
+    )
+    deep: object = {"op_type": "push", "branch": "deep"}
+    for _ in range(600):
+        deep = [deep]
+    async with make_worker():
+        for i in range(3):
+            await gb.enqueue({"op_type": "push", "branch": f"huge-{i}", "message": "x" * (1536 * 1024)})
+        await gb.enqueue(deep)
+        for op in ops:
+            await gb.enqueue(op)
+        status = await landed_ops(gb, len(ops), timeout=60)
+        history = await gb.handle.fetch_history()
+    assert status.runs > 1, "the workflow never continued as new"
+    assert status.stats.rejected_ops == 4 and len(status.rejected) == 4
+    assert all(len(repr(r.op)) < 1000 for r in status.rejected)
+    started = history.events[0].workflow_execution_started_event_attributes
+    carried = sum(len(p.data) for p in started.input.payloads)
+    assert carried < 64 * 1024, f"continue-as-new input is {carried} bytes"
+    assert_each_landed_once(fx, ops)
+
+
+async def test_flush_now_callers_are_handed_over_across_continue_as_new(
+    client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
+):
+    """Updates that wait on batches (`flush_now`) while the batcher keeps continuing as new: each
+    call returns a real result (refused ones are sent again by the client), every op lands once."""
+    import asyncio
+
+    fx = git_remote
+    ops = fx.commit_ops("handover", 18)
+    config = GitBatchConfig(repo=str(fx.clone), max_batch_size=3, max_batch_age_seconds=3600, max_history_events=25)
+    gb = GitBatcherClient(client, config, task_queue)
+    async with make_worker():
+
+        async def sender(part: list[GitOp]) -> list[str]:
+            statuses = []
+            for op in part:
+                await gb.enqueue(op)
+                statuses.append((await gb.flush_now()).status)
+            return statuses
+
+        results = await asyncio.gather(*(sender(ops[i::3]) for i in range(3)))
+        status = await landed_ops(gb, len(ops), timeout=60)
+    assert all(s in ("completed", "empty") for part in results for s in part), results
+    assert status.runs > 1, "the workflow never continued as new"
+    assert status.stats.failed_ops == 0 and status.stats.total_ops == len(ops)
     assert_each_landed_once(fx, ops)

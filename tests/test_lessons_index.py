@@ -186,3 +186,20 @@ def test_concurrent_readers_during_writes(tmp_path: Path):
     assert not errors
     assert len(idx) == 300
     assert len(idx.find("task_type", "w", limit=1000)) == 100
+
+
+@pytest.mark.parametrize("depth", [600, 5000])
+def test_deeply_nested_lines_are_skipped_and_counted(tmp_path: Path, depth: int):
+    """Issue 12 item 9: a line nested deeper than the decoder's recursion limit raises
+    RecursionError (not ValueError); it must be skipped like any malformed line, as must a lesson
+    whose metadata nests so deep that copying it for a query would fail."""
+    path = tmp_path / "l.jsonl"
+    deep_array = "[" * depth + "]" * depth
+    deep_metadata = json.dumps(lesson(3))[:-1] + ', "metadata": ' + '{"a": ' * depth + "1" + "}" * depth + "}"
+    write_jsonl(path, [lesson(1), deep_array, deep_metadata, lesson(4)])
+    idx = LessonsIndex(path)
+    stats = idx.load()
+    assert stats.lessons == 2
+    assert stats.malformed_lines == 2
+    assert stats.malformed_line_numbers == [2, 3]
+    assert {m.lesson.id for m in idx.query(LessonQuery(limit=10))} == {"L1", "L4"}

@@ -89,3 +89,43 @@ def test_broken_template_stops_worker_py_with_one_line(server_address: str, tmp_
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("taskfleet worker:")]
     assert len(errors) == 1 and "broken.j2:" in errors[0], proc.stderr
+
+
+async def test_inline_template_with_a_huge_loop_is_stopped_off_the_event_loop():
+    """Issue 12 item 9: a board's inline template that loops for ages renders on its own thread;
+    the event loop keeps running meanwhile, and the render is stopped at the limit with a clear error."""
+    import threading
+    import time
+
+    from tests.conftest import eventually
+
+    cache = TemplateCache()
+    cache.load()
+    source = "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}{{ task.id }}"
+    ticks: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    beat = asyncio.create_task(ticker())
+    with pytest.raises(TemplateRenderError) as caught:
+        await cache.render_with_limit(source, CONTEXT, limit_seconds=1.0)
+    stop.set()
+    await beat
+    assert "inline template took longer than 1s" in str(caught.value)
+    # The loop ran throughout the second the render took: ticks never stopped for long.
+    assert len(ticks) > 10
+    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.5
+
+    async def render_thread_gone() -> None:
+        assert not [t for t in threading.enumerate() if t.name == "taskfleet-template-render"]
+
+    await eventually(render_thread_gone, timeout=10)
+    # Ordinary inline and named templates still render through the same call.
+    assert (await cache.render_with_limit("hi {{ task.id }}", CONTEXT)).text == "hi T1"
+    assert "task T1: do it" in (await cache.render_with_limit("implementer.j2", CONTEXT)).text
+    with pytest.raises(TemplateRenderError):
+        await cache.render_with_limit("{{ nope }}", CONTEXT)

@@ -147,3 +147,33 @@ def test_port_taken_by_something_else_is_one_line(tmp_path: Path):
 def test_bad_activity_slots_is_one_line(value: str):
     line = run_worker_expecting_failure(env={"TASKFLEET_MAX_CONCURRENT_ACTIVITIES": value})
     assert "TASKFLEET_MAX_CONCURRENT_ACTIVITIES" in line or "at least 1" in line
+
+
+async def test_sigterm_during_a_start_that_then_fails_exits(tmp_path: Path, server_address: str, task_queue: str):
+    """Issue 12 item 9: SIGTERM while the plugin's services start, then the start fails: the worker
+    exits (the SDK only marks a shutdown complete once polling began, so waiting for it hung).
+
+    The lessons file is a FIFO, so the start waits in the lessons load until the test writes to it;
+    the result cache path is a folder, so the start fails right after."""
+    import signal
+
+    state = tmp_path / "state"
+    state.mkdir()
+    os.mkfifo(state / "lessons.jsonl")
+    (state / "result-cache.sqlite").mkdir()
+    worker = WorkerProcess("--address", server_address, "--task-queue", task_queue, "--state-dir", str(state),
+                           log=tmp_path / "w.log")
+    try:
+        await worker.wait_started()
+        worker.proc.send_signal(signal.SIGTERM)
+
+        async def shutting_down() -> None:
+            assert "shutting down" in worker.output()
+
+        await eventually(shutting_down)
+        with open(state / "lessons.jsonl", "w") as fifo:  # the load reads an empty file, then the start fails
+            fifo.write("")
+        assert worker.proc.wait(timeout=30) == 0
+        assert "error while stopping" in worker.output()
+    finally:
+        worker.kill_group()

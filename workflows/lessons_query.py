@@ -5,6 +5,7 @@ from typing import Optional
 
 from taskfleet.workflows.activity_names import activity_name
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.lessons import (
@@ -20,7 +21,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-@workflow.defn(name=LESSONS_QUERY_WORKFLOW)
+# Worker Versioning: AUTO_UPGRADE. One short activity and no state: any current version may serve it
+# (a query is for the current workers' index), and nothing about it pins an old version.
+@workflow.defn(name=LESSONS_QUERY_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class LessonsQueryWorkflow:
     @workflow.run
     async def run(self, query: Optional[LessonQuery] = None) -> LessonsAnswer:

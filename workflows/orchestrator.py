@@ -14,20 +14,22 @@ from typing import Optional
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.common import VersioningBehavior
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.boards import BoardError, validate_board
     from taskfleet.core.errors import root_cause_message
-    from taskfleet.core.ids import git_batch_workflow_id, task_of_landing_op
-    from taskfleet.core.models.git_batch import OUTCOME_FAILED, GitOpsLanded
+    from taskfleet.core.ids import git_batch_workflow_id, landing_op_id, task_of_landing_op
+    from taskfleet.core.models.git_batch import OUTCOME_FAILED, GitOpsLanded, OpOutcome
     from taskfleet.core.models.orchestrator import (
         TASK_CANCELLED,
         TASK_FAILED,
         TASK_PENDING,
         TASK_RUNNING,
         TASK_SUCCEEDED,
+        BranchClaim,
         OrchestratorInput,
         OrchestratorProgress,
         OrchestratorResult,
@@ -39,14 +41,18 @@ with workflow.unsafe.imports_passed_through():
         TaskSpec,
     )
     from taskfleet.core.names import (
+        ACTIVITY_CLAIM_BRANCHES,
         ACTIVITY_RUN_TASK,
         ORCHESTRATOR_WORKFLOW,
+        PATCH_CLAIM_BRANCHES,
+        PATCH_RUN_KEY_FIRST_RUN,
         QUERY_PROGRESS,
         SIGNAL_FLUSH,
         SIGNAL_GIT_OPS_LANDED,
     )
 
 from taskfleet.workflows.activity_names import activity_name
+from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_llm_usage, run_llm_task
 
 TASK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -54,6 +60,20 @@ TASK_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=["BadTaskSetup", "TemplateError"],
 )
+CLAIM_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BranchesHeld"])
+# After a cancel: how long to wait for landing outcomes of ops already sent (they land anyway).
+CANCEL_LANDING_WAIT = timedelta(seconds=60)
+
+
+def landed_commit(outcome: OpOutcome) -> str:
+    """The commit of the op's branch that landed: `branch_commit` (C1); a batcher that predates
+    it reports a push's branch commit in `commit`."""
+    return outcome.branch_commit or (outcome.commit if outcome.op_type == "push" else "")
+
+
+def _batcher_id(repo: str, remote: str, task_queue: str) -> str:
+    """Contract C2: the batcher of this clone and remote on the queue its pushes run on."""
+    return git_batch_workflow_id(repo, remote, task_queue=task_queue)
 
 
 def _summary(task: TaskSpec) -> str:
@@ -67,7 +87,10 @@ def _summary(task: TaskSpec) -> str:
 # of the worker's event loop per task (1,000 no-op tasks: 5.6 -> 4.9 ms each). This module still
 # imports only workflow APIs and pure models, and tests/test_replay.py replays its histories
 # inside the sandbox, so a non-deterministic call here still fails CI.
-@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False)
+# Worker Versioning: PINNED. A board runs for hours, and its history was made by one version's
+# code: pinned, a running board stays on the version it started on (and finishes there) while new
+# boards start on the current version; the old version drains as its boards end.
+@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False, versioning_behavior=VersioningBehavior.PINNED)
 class OrchestratorWorkflow:
     @workflow.init
     def __init__(self, params: OrchestratorInput) -> None:
@@ -84,9 +107,11 @@ class OrchestratorWorkflow:
         else:
             self.s = params.state
         self.max_parallel = params.max_parallel or board.max_parallel
-        self.git_workflow_id = git_batch_workflow_id(params.repo, params.remote)
+        self.git_workflow_id = _batcher_id(params.repo, params.remote, params.git_task_queue or workflow.info().task_queue)
         self._running: dict[str, asyncio.Task] = {}
         self._draining = False
+        # Landing outcomes that arrived before their task's result (op id -> outcome, batch id).
+        self._early: dict[str, tuple[OpOutcome, str]] = {}
         # Counts by state, kept as statuses change: the UI details and `progress` stay O(1) per
         # event instead of a walk over every task of a 2,000-task board.
         self._tally = {name: 0 for name in (TASK_PENDING, TASK_RUNNING, TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED)}
@@ -115,6 +140,18 @@ class OrchestratorWorkflow:
                 raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
             if not params.repo.startswith("/"):
                 raise ApplicationError(f"repo {params.repo!r} must be an absolute path on the worker", non_retryable=True)
+            if not self.s.run_key:
+                info = workflow.info()
+                # Keyed by the first run id: a later run with the same workflow id (`run --id X`
+                # again) never resumes this run's commits nor repeats its landing op ids.
+                self.s.run_key = (
+                    f"{info.workflow_id}@{info.first_execution_run_id}"
+                    if workflow.patched(PATCH_RUN_KEY_FIRST_RUN) else info.workflow_id
+                )
+            if workflow.patched(PATCH_CLAIM_BRANCHES):
+                await self._claim_branches()
+        if not self.s.run_key:
+            self.s.run_key = workflow.info().workflow_id  # continued from a run that predates the key
         self.s.stats.largest_history_length = max(
             self.s.stats.largest_history_length, workflow.info().get_current_history_length()
         )
@@ -131,6 +168,26 @@ class OrchestratorWorkflow:
             await self._cancel_everything()
             raise
         return self._result()
+
+    async def _claim_branches(self) -> None:
+        """Refuse to start when another running run holds some of this board's branches."""
+        branches = [self.tasks[t].branch for t in self.s.pending if self.tasks[t].worktree]
+        if not branches:
+            return
+        info = workflow.info()
+        try:
+            await workflow.execute_activity(
+                ACTIVITY_CLAIM_BRANCHES,
+                BranchClaim(self.params.repo, branches, info.workflow_id, info.first_execution_run_id),
+                start_to_close_timeout=timedelta(seconds=120),
+                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
+                retry_policy=CLAIM_RETRY,
+                summary=f"claim {len(branches)} task branch(es)",
+            )
+        except ActivityError as err:
+            raise ApplicationError(
+                f"board refused: {root_cause_message(err)}", type="BranchesHeld", non_retryable=True
+            ) from None
 
     # --- dispatch --------------------------------------------------------------------------------
 
@@ -160,30 +217,34 @@ class OrchestratorWorkflow:
         outcome = self.s.outcomes[task.id]
         self._set_status(outcome, TASK_RUNNING)
         try:
-            result: TaskResult = await workflow.execute_activity(
-                activity_name(ACTIVITY_RUN_TASK),
-                TaskInput(
-                    task=task,
-                    repo=self.params.repo,
-                    remote=self.params.remote,
-                    base=self.params.board.base,
-                    land=self.params.board.land,
-                    run_key=workflow.info().workflow_id,
-                    reply_to=workflow.info().workflow_id,
-                    git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
-                    git_max_batch_size=self.params.git_max_batch_size,
-                    git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
-                ),
-                result_type=TaskResult,
-                start_to_close_timeout=timedelta(seconds=2 * task.timeout_seconds + 120),
-                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
-                retry_policy=TASK_RETRY,
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=_summary(task),
+            task_input = TaskInput(
+                task=task,
+                repo=self.params.repo,
+                remote=self.params.remote,
+                base=self.params.board.base,
+                land=self.params.board.land,
+                run_key=self.s.run_key,
+                reply_to=workflow.info().workflow_id,
+                git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
+                git_max_batch_size=self.params.git_max_batch_size,
+                git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
             )
+            if task.implementer == ANTHROPIC:  # the built-in Claude implementer runs as a child workflow
+                result = await run_llm_task(task_input, _summary(task))
+            else:
+                result = await workflow.execute_activity(
+                    activity_name(ACTIVITY_RUN_TASK),
+                    task_input,
+                    result_type=TaskResult,
+                    start_to_close_timeout=timedelta(seconds=2 * task.timeout_seconds + 120),
+                    heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
+                    retry_policy=TASK_RETRY,
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                    summary=_summary(task),
+                )
         except asyncio.CancelledError:
             self._set_status(outcome, TASK_CANCELLED, "cancelled")
-        except ActivityError as err:
+        except (ActivityError, ChildWorkflowError) as err:
             if isinstance(err.cause, CancelledError):
                 self._set_status(outcome, TASK_CANCELLED, "cancelled")
             else:
@@ -193,12 +254,17 @@ class OrchestratorWorkflow:
             self._set_status(outcome, result.status)
             outcome.commit, outcome.seconds, outcome.reason = result.commit, result.seconds, result.reason
             outcome.cache_hit, outcome.log_path = result.cache_hit, result.log_path
-            self.s.stats.task_seconds += result.seconds
+            stats = self.s.stats
+            stats.task_seconds += result.seconds
+            stats.work_seconds += (result.exec_seconds or 0.0) + (result.verify_seconds or 0.0)
+            stats.setup_seconds += result.setup_seconds
+            stats.wait_seconds += result.wait_seconds
+            add_llm_usage(self.s, outcome, result)
             if result.status == TASK_SUCCEEDED:
                 self.s.stats.cache_hits += int(result.cache_hit)
                 self.s.stats.cache_misses += int(not result.cache_hit and not result.resumed)
                 if result.landing_op_id and not outcome.landed:
-                    self.s.awaiting_landing.setdefault(result.landing_op_id, task.id)
+                    self._expect_landing(task.id, result)
         finally:
             self._running.pop(task.id, None)
             self._refresh_details()
@@ -213,27 +279,73 @@ class OrchestratorWorkflow:
         for task_id in self.s.pending:
             self._set_status(self.s.outcomes[task_id], TASK_CANCELLED, "not started")
         self.s.pending = []
+        if self.s.awaiting_landing:
+            # Ops already sent land anyway (a push may be in flight): wait, bounded, for their
+            # outcomes so that what the run reports as landed is what the remote holds.
+            try:
+                await workflow.get_external_workflow_handle(self.git_workflow_id).signal(SIGNAL_FLUSH)
+            except Exception as err:  # noqa: BLE001 - the age flush still lands them
+                workflow.logger.warning("could not ask %s to flush: %s", self.git_workflow_id, err)
+            try:
+                await workflow.wait_condition(
+                    lambda: not self.s.awaiting_landing, timeout=CANCEL_LANDING_WAIT,
+                    timeout_summary="cancelled: wait for pushes already sent",
+                )
+            except asyncio.TimeoutError:
+                for task_id in self.s.awaiting_landing.values():
+                    self.s.outcomes[task_id].reason = "cancelled before its landing was reported"
 
     # --- landing ---------------------------------------------------------------------------------
+
+    def _expect_landing(self, task_id: str, result: TaskResult) -> None:
+        """The task's landing op was sent: wait for its outcome, by op id and commit."""
+        op_id = result.landing_op_id
+        self.s.awaiting_landing[op_id] = task_id
+        self.s.landing_commits[op_id] = result.commit
+        self.s.landing_sent_at[op_id] = workflow.now().timestamp()
+        early = self._early.pop(op_id, None)
+        if early is not None:
+            self._apply_landing(op_id, *early)
 
     @workflow.signal(name=SIGNAL_GIT_OPS_LANDED)
     def git_ops_landed(self, message: GitOpsLanded) -> None:
         for outcome in message.outcomes:
-            task_id = self.s.awaiting_landing.pop(outcome.op_id, None)
-            if task_id is None:
-                # The landing may be reported before run_task returned: the op id names the task.
-                task_id = task_of_landing_op(workflow.info().workflow_id, outcome.op_id)
-            if task_id not in self.s.outcomes:
+            if outcome.op_id in self.s.awaiting_landing:
+                self._apply_landing(outcome.op_id, outcome, message.batch_id)
                 continue
-            task = self.s.outcomes[task_id]
-            landed = outcome.status != OUTCOME_FAILED
-            self._tally["landed"] += int(landed) - int(task.landed)
-            task.landed = landed
-            if not task.landed:
-                task.reason = f"did not land: {outcome.reason}"
-            elif message.batch_id not in self.s.landed_batches:
-                self.s.landed_batches.append(message.batch_id)
+            # The landing may be reported before run_task returned: keep it for the task's result,
+            # only for an op id this run sends for a task that is running now.
+            task_id = task_of_landing_op(self.s.run_key, outcome.op_id)
+            if task_id in self._running and outcome.op_id == landing_op_id(self.s.run_key, task_id):
+                self._early[outcome.op_id] = (outcome, message.batch_id)
         self._refresh_details()
+
+    def _apply_landing(self, op_id: str, outcome: OpOutcome, batch_id: str) -> None:
+        task_id = self.s.awaiting_landing[op_id]
+        task = self.s.outcomes[task_id]
+        expected = self.s.landing_commits.get(op_id, "")
+        if outcome.status == OUTCOME_FAILED:
+            landed, task.reason = False, f"did not land: {outcome.reason}"
+        elif landed_commit(outcome) != expected:
+            # Not this task's commit on the branch (another client's op with our id, a moved
+            # branch): not landed, and keep waiting for the real outcome until the land timeout.
+            task.reason = (
+                f"did not land: {outcome.branch} landed at {landed_commit(outcome)[:12] or 'an unknown commit'}, "
+                f"not the task's commit {expected[:12]}"
+            )
+            return
+        else:
+            landed = True
+            if batch_id not in self.s.landed_batches:
+                self.s.landed_batches.append(batch_id)
+            sent = self.s.landing_sent_at.get(op_id)
+            if sent is not None:
+                self.s.stats.landing_seconds += max(0.0, workflow.now().timestamp() - sent)
+        self._tally["landed"] += int(landed) - int(task.landed)
+        task.landed = landed
+        del self.s.awaiting_landing[op_id]
+        self.s.landing_commits.pop(op_id, None)
+        self.s.landing_sent_at.pop(op_id, None)
 
     async def _await_landing(self) -> None:
         """Wait (bounded) until every landing op this run sent has been reported."""
@@ -244,13 +356,16 @@ class OrchestratorWorkflow:
                 await workflow.get_external_workflow_handle(self.git_workflow_id).signal(SIGNAL_FLUSH)
             except Exception as err:  # noqa: BLE001 - the age flush still lands them
                 workflow.logger.warning("could not ask %s to flush: %s", self.git_workflow_id, err)
+        timeout = self.params.land_timeout_seconds
         try:
             await workflow.wait_condition(
-                lambda: not self.s.awaiting_landing, timeout=timedelta(seconds=self.params.land_timeout_seconds)
+                lambda: not self.s.awaiting_landing, timeout=timedelta(seconds=timeout),
+                timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s",
             )
         except asyncio.TimeoutError:
             for task_id in self.s.awaiting_landing.values():
-                self.s.outcomes[task_id].reason = f"not landed within {self.params.land_timeout_seconds:g}s"
+                outcome = self.s.outcomes[task_id]
+                outcome.reason = f"not landed within {timeout:g}s" + (f" ({outcome.reason})" if outcome.reason else "")
             self.s.awaiting_landing.clear()
         await workflow.wait_condition(workflow.all_handlers_finished)
 
@@ -275,7 +390,13 @@ class OrchestratorWorkflow:
         stats = self.s.stats
         started = datetime.fromisoformat(self.s.started_at)
         stats.wall_seconds = round((workflow.now() - started).total_seconds(), 3)
-        stats.speedup = round(stats.task_seconds / stats.wall_seconds, 2) if stats.wall_seconds else 0.0
+        # Speed-up over the tasks' own work (executor + verification), not over time spent waiting
+        # for taskfleet: that is reported per task beside it.
+        stats.speedup = round(stats.work_seconds / stats.wall_seconds, 2) if stats.wall_seconds else 0.0
+        done = sum(1 for t in self.s.outcomes.values() if t.status in (TASK_SUCCEEDED, TASK_FAILED))
+        if done:
+            own = max(stats.task_seconds - stats.work_seconds, 0.0) + stats.wait_seconds + stats.landing_seconds
+            stats.overhead_seconds_per_task = round(own / done, 4)
         stats.pushes = len(self.s.landed_batches)
         stats.network_savings = max(self._tally["landed"] - stats.pushes, 0)
         stats.largest_history_length = max(stats.largest_history_length, workflow.info().get_current_history_length())

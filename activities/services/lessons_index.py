@@ -95,6 +95,26 @@ def _all_strings(d: dict[str, Any]) -> bool:
     )
 
 
+# Results are deep copies; a lesson nested hundreds deep would make every query that returns it
+# fail with RecursionError, so such a line is malformed.
+MAX_METADATA_DEPTH = 32
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists/dicts in `value` nest more than `limit` levels (iterative: no recursion)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if type(item) is dict else item)
+            if type(child) is dict or type(child) is list
+        ]
+        if not level:
+            return False
+    return True
+
+
 def lesson_from_json(data: Any) -> tuple[float, Lesson]:
     """Validate one decoded line into (last_seen as epoch seconds, lesson).
 
@@ -119,6 +139,8 @@ def lesson_from_json(data: Any) -> tuple[float, Lesson]:
         raise MalformedLesson("'times_seen' is not a whole number >= 1")
     if type(data["metadata"]) is not dict:
         raise MalformedLesson("'metadata' is not an object")
+    if data["metadata"] and _nested_deeper_than(data["metadata"], MAX_METADATA_DEPTH):
+        raise MalformedLesson(f"'metadata' nests deeper than {MAX_METADATA_DEPTH} levels")
     # The decoded dict becomes the instance's __dict__: no copy of every field for every line.
     lesson = object.__new__(Lesson)
     lesson.__dict__ = data
@@ -145,7 +167,7 @@ def _decode_chunk(chunk: bytes, count: int) -> list[Any] | None:
         return None
     try:
         decoded = json.loads(b"[" + chunk[:-1].replace(b"\n", b",") + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError, not ValueError
         return None
     return decoded if len(decoded) == count else None
 
@@ -156,13 +178,13 @@ def _decode(lines: list[bytes]) -> list[Any]:
         decoded = json.loads(b"[" + b",".join(lines) + b"]")
         if len(decoded) == len(lines):
             return decoded
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     out: list[Any] = []
     for raw in lines:
         try:
             out.append(json.loads(raw))
-        except ValueError:
+        except Exception:  # any line the decoder refuses (bad JSON, nested too deep) is unreadable
             out.append(_UNREADABLE)
     return out
 
@@ -263,7 +285,7 @@ class LessonsIndex:
                 if item is _UNREADABLE:
                     raise MalformedLesson("not JSON")
                 entry = lesson_from_json(item)
-            except (MalformedLesson, ValueError, TypeError, KeyError):
+            except Exception:  # whatever is wrong with one line, it is skipped and counted
                 self._malformed += 1
                 if len(self._malformed_lines) < _REPORTED_MALFORMED:
                     self._malformed_lines.append(line_no)

@@ -2,11 +2,15 @@
 
 A broken template stops the worker's start with its file and line, not a task an hour later.
 Undefined variables are errors (`StrictUndefined`). Inline templates from a board are untrusted
-text: they go through Jinja2's sandbox, and an LRU bound keeps their compiled forms.
+text: they go through Jinja2's sandbox, and an LRU bound keeps their compiled forms. The sandbox
+bounds what a template may touch, not how long it runs, so `render_with_limit` renders inline text
+on a thread of its own with a time limit: a huge loop never holds the worker's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import hashlib
 import importlib.resources
 import threading
@@ -24,6 +28,8 @@ from taskfleet.core.errors import StartupError
 # The shipped templates, as package data (a real folder: setuptools installs packages unzipped).
 DEFAULT_TEMPLATES_DIR = Path(str(importlib.resources.files("taskfleet") / "prompts"))
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".txt", ".md")
+# How long an inline template may render; a real prompt renders in microseconds.
+RENDER_LIMIT_SECONDS = 5.0
 
 
 class TemplateLoadError(StartupError):
@@ -32,6 +38,15 @@ class TemplateLoadError(StartupError):
 
 class TemplateRenderError(ValueError):
     """A render failed (missing variable, unknown template); the message names both."""
+
+
+class _RenderTimedOut(BaseException):
+    """Raised inside a render thread that ran past its limit (BaseException: templates can't catch it)."""
+
+
+def is_template_name(template: str) -> bool:
+    """A board's `template` names a file in the templates directory, or is inline template text."""
+    return template.endswith(TEMPLATE_SUFFIXES) and "{" not in template
 
 
 @dataclass
@@ -120,6 +135,49 @@ class TemplateCache:
                     self._inline.popitem(last=False)
         return self._render(entry, context)
 
+    async def render_with_limit(
+        self, template: str, context: dict[str, Any], limit_seconds: float = RENDER_LIMIT_SECONDS
+    ) -> Rendered:
+        """Render a named template (the operator's, compiled at start) on the loop, or inline text
+        (a board's) on a thread of its own, stopped after `limit_seconds` with `TemplateRenderError`."""
+        if is_template_name(template):
+            return self.render(template, context)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Rendered] = loop.create_future()
+
+        def settle(outcome: Rendered | BaseException) -> None:
+            if done.done():
+                return
+            if isinstance(outcome, BaseException):
+                done.set_exception(outcome)
+            else:
+                done.set_result(outcome)
+
+        def render() -> None:
+            try:
+                try:
+                    outcome: Rendered | BaseException = self.render_inline(template, context)
+                except Exception as err:  # handed to the awaiting task, raised there
+                    outcome = err
+                loop.call_soon_threadsafe(settle, outcome)
+            except _RenderTimedOut:  # stopped at the limit (possibly just as it finished)
+                pass
+            except RuntimeError:  # the loop closed meanwhile: nobody waits
+                pass
+
+        thread = threading.Thread(target=render, name="taskfleet-template-render", daemon=True)
+        thread.start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), limit_seconds)
+        except asyncio.TimeoutError:
+            _interrupt(thread)
+            raise TemplateRenderError(
+                f"inline template took longer than {limit_seconds:g}s to render (stopped)"
+            ) from None
+        except asyncio.CancelledError:
+            _interrupt(thread)
+            raise
+
     def _lookup(self, name: str) -> _Compiled:
         entry = self._compiled.get(name)
         if entry is None:
@@ -147,3 +205,10 @@ class TemplateCache:
         with self._inline_lock:
             out.extend(TemplateStats(**vars(e.stats)) for e in self._inline.values())
         return out
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    """Stop a render thread at its next bytecode: Jinja2 templates compile to Python code, so a
+    runaway loop ends promptly (a single long C call, such as a huge string repeat, runs to its end)."""
+    if thread.is_alive() and thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_RenderTimedOut))

@@ -11,10 +11,13 @@ make does: the same argv `sh` would have run, one process fewer to start per com
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,10 +105,45 @@ def direct_argv(command: str) -> list[str] | None:
     return words
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the command's session leader die when the worker dies.
+
+    A SIGKILLed worker never cleans up: without this its executors run on, writing into a
+    worktree a retry may be using. The kernel delivers SIGKILL to the child when the thread that
+    started it exits; commands start from the event loop's thread, which lives as long as the
+    worker. The rest of the group (a leader's own children) is killed from the process-group
+    record at the next worker start.
+    """
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the worker died before the hook ran
+            os._exit(137)
+
+    return hook
+
+
 def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO) -> subprocess.Popen:
     options = dict(
         cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=_die_with_parent_hook(),
     )
     argv = direct_argv(command)
     if argv is not None:
@@ -125,13 +163,19 @@ async def run_command(
     heartbeat: Callable[[], None],
     label: str,
     heartbeat_every: float = 1.0,
+    on_start: Callable[[int], None] | None = None,
 ) -> CommandResult:
-    """Run `command` to completion or timeout, its output appended to `log` (opened `a+b` by the caller)."""
+    """Run `command` to completion or timeout, its output appended to `log` (opened `a+b` by the caller).
+
+    `on_start(pid)` hears the new process group's id (the leader's pid), e.g. to record it on disk.
+    """
     started = time.monotonic()
     log.write(f"\n$ ({label}) {command}\n".encode())
     log.flush()
     proc = _start(command, cwd, env, log)
     try:
+        if on_start is not None:
+            on_start(proc.pid)
         deadline = started + timeout
         while True:
             remaining = deadline - time.monotonic()

@@ -42,6 +42,21 @@ class Applied:
     commit: str
     made_commit: bool
     note: str = ""
+    # merge: the tip of the merged branch (contract C1's `branch_commit`); else empty (the pushed
+    # value of `ref` is the branch's commit).
+    branch_commit: str = ""
+
+
+def check_expected(repo: Repo, op: GitOp) -> None:
+    """Contract C1: an op with `expect_commit` lands only if its branch is still at that commit."""
+    if not op.expect_commit:
+        return
+    actual = _rev(repo, f"refs/heads/{op.branch}")
+    if actual != op.expect_commit:
+        raise OpFailed(
+            f"branch {op.branch} is at {actual or '(missing)'} in the clone, not at the expected commit "
+            f"{op.expect_commit}: it moved after the op was sent; nothing of it was pushed"
+        )
 
 
 # Commits of a batch run in parallel worktrees: an automatic gc started by one of them would race
@@ -226,6 +241,7 @@ def _checked_out_at(repo: Repo, branch: str) -> Path | None:
 
 def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
     """Merge `branch` into `target` with `git merge-tree`, touching no checkout unless target is out."""
+    check_expected(repo, op)
     target = op.target or default_branch(repo, remote)
     problem = branch_name_problem(target)
     if problem:
@@ -243,7 +259,7 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
     if is_merged == 0:
         if not _rev(repo, ref):
             repo.git.update_ref(ref, base)
-        return Applied(ref, base, made_commit=False, note=f"{op.branch} already in {target}")
+        return Applied(ref, base, made_commit=False, note=f"{op.branch} already in {target}", branch_commit=source)
 
     status, out, err = repo.git.merge_tree(
         "--write-tree",
@@ -287,7 +303,7 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
         repo.git.update_ref(ref, merge_commit, base)
     else:
         repo.git.update_ref(ref, merge_commit)
-    return Applied(ref, merge_commit, made_commit=True)
+    return Applied(ref, merge_commit, made_commit=True, branch_commit=source)
 
 
 def apply_push(repo: Repo, op: GitOp, remote: str) -> Applied:
@@ -295,6 +311,7 @@ def apply_push(repo: Repo, op: GitOp, remote: str) -> Applied:
     commit = _rev(repo, f"refs/heads/{op.branch}")
     if not commit:
         raise OpFailed(f"branch {op.branch} does not exist in {repo.working_dir}")
+    check_expected(repo, op)
     return Applied(f"refs/heads/{op.branch}", commit, made_commit=False)
 
 

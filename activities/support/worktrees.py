@@ -1,25 +1,45 @@
-"""Task worktrees: one per task, on the task's branch, created and removed one at a time per clone.
+"""Task worktrees: a pool of checkouts per clone, each reused task after task.
 
-Parallel `git worktree add` calls race on the clone's shared locks, so add/remove hold a per-clone
-file lock (which also serializes worker processes on one host). Each live worktree holds a lock
-file of its own; at worker start, worktrees whose lock nobody holds are leftovers of a crash and
-are removed. Branches are always kept.
+`git worktree add` checks out the whole tree and `remove` deletes it: seconds on a large
+repository, and both take the clone's shared files, so they ran one at a time per clone. A pool
+slot is instead reset to the task's base with `git checkout -B <branch> <base>`, which rewrites only
+the files that differ; after the task, the slot is scrubbed (`reset --hard`, `clean -ffdx`) off the
+task's critical path and goes back on the free list. New slots are added (and old ones removed)
+under a per-clone lock that tasks wait for on the event loop, heartbeating.
+
+Slots are named `w-<random>` (never a task id, so no two tasks share one whatever their ids) and
+each holds a lock file for as long as its worker owns it. At worker start, slots whose lock nobody
+holds are leftovers of a crashed worker: removed. At worker stop the pool is drained and every slot
+removed, so no worktree stays registered in the clone. Branches are always kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 from git import Repo
-from git.exc import GitCommandError
+from git.exc import InvalidGitRepositoryError, NoSuchPathError
+from taskfleet.activities.support.git_async import (
+    GIT_ENV,
+    FileLocks,
+    GitError,
+    Heartbeat,
+    _nothing,
+    git,
+    git_run,
+    release,
+    try_flock,
+)
 from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
 
 from taskfleet.core.ids import slug
@@ -28,139 +48,242 @@ TASK_TRAILER = "Taskfleet-Task"
 RUN_TRAILER = "Taskfleet-Run"
 
 
+@dataclass(eq=False)
+class Slot:
+    name: str
+    path: Path
+    clone: str  # the clone's absolute path
+    lock: IO[bytes]
+
+
 @dataclass
 class Worktree:
     path: Path
     base_commit: str
-    resumed_commit: str  # the task's commit from an earlier attempt of the same run, if any
-    lock: IO[bytes]
+    slot: Slot
+    setup_seconds: float = 0.0
+    new_slot: bool = False
 
 
-def _locked(path: Path, blocking: bool = True) -> IO[bytes] | None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+b")
+@dataclass
+class _Clone:
+    free: list[Slot] = field(default_factory=list)
+    owned: set[Slot] = field(default_factory=set)
+
+
+def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
+    """A branch's commit read from the clone's ref files (no git process)."""
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except BlockingIOError:
-        handle.close()
-        return None
-    return handle
+        repo = Repo(repo_path)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        raise OpFailed(f"{repo_path} is not a git clone on this worker") from None
+    try:
+        refs = [f"refs/heads/{branch}"] + ([f"refs/remotes/{remote}/{branch}"] if remote else [])
+        for ref in refs:
+            try:
+                return SymbolicReference.dereference_recursive(repo, ref)
+            except ValueError:
+                continue
+    finally:
+        repo.close()
+    if required:
+        raise OpFailed(f"branch {branch} does not exist in {repo_path}" + (f" nor on {remote}" if remote else ""))
+    return ""
 
 
-def _release(handle: IO[bytes]) -> None:
-    fcntl.flock(handle, fcntl.LOCK_UN)
-    handle.close()
-
-
-class WorktreeManager:
+class WorktreePool:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._locks = FileLocks()
+        self._clones: dict[str, _Clone] = {}
+        self._cleanups: set[asyncio.Task] = set()
 
     def repo_dir(self, repo: str) -> Path:
         digest = hashlib.sha256(os.path.abspath(repo).encode()).hexdigest()[:8]
         return self.root / f"{slug(os.path.basename(os.path.abspath(repo)))}-{digest}"
 
-    def path_for(self, repo: str, task_id: str) -> Path:
-        return self.repo_dir(repo) / slug(task_id, 64)
+    async def resumable(self, repo_path: str, branch: str, base_commit: str, task_id: str, run_key: str) -> str:
+        """The task's commit, if an earlier attempt of this same run already made it (a retry after a crash)."""
+        tip = resolve(repo_path, branch, None, required=False)
+        if not tip or tip == base_commit:
+            return ""
+        ran = await git_run(repo_path, "log", "-1", "--format=%B", tip)
+        lines = ran.out.splitlines()
+        return tip if f"{TASK_TRAILER}: {task_id}" in lines and f"{RUN_TRAILER}: {run_key}" in lines else ""
 
-    @contextmanager
-    def _repo_lock(self, repo: str) -> Iterator[None]:
-        folder = self.repo_dir(repo)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "REPO").write_text(os.path.abspath(repo))
-        handle = _locked(folder / ".lock")
-        assert handle is not None
+    async def take(self, repo_path: str, branch: str, base_commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
+        """A checkout of `base_commit` on `branch` (created or reset there), used by no one else."""
+        started = time.monotonic()
+        clone = self._clones.setdefault(os.path.abspath(repo_path), _Clone())
+        slot = clone.free.pop() if clone.free else None
+        new = slot is None
+        if slot is None:
+            slot = await self._add_slot(repo_path, base_commit, heartbeat)
+            clone.owned.add(slot)
         try:
-            yield
-        finally:
-            _release(handle)
-
-    def create(self, repo_path: str, remote: str, task_id: str, branch: str, base: str, run_key: str) -> Worktree:
-        """The task's worktree on `branch`; reset to `base` unless this run already committed there."""
-        path = self.path_for(repo_path, task_id)
-        task_lock = _locked(path.with_suffix(".lock"))
-        assert task_lock is not None
-        try:
-            with self._repo_lock(repo_path):
-                repo = Repo(repo_path)
-                base_commit = _resolve(repo, base, remote)
-                if path.exists():
-                    _remove(repo, path)
-                tip = _resolve(repo, branch, None, required=False)
-                resumed = ""
-                if tip and tip != base_commit:
-                    message = repo.commit(tip).message
-                    if f"{TASK_TRAILER}: {task_id}" in message and f"{RUN_TRAILER}: {run_key}" in message:
-                        resumed = tip
-                if resumed:
-                    repo.git.worktree("add", "-f", str(path), branch)
-                else:
-                    repo.git.worktree("add", "-f", "-B", branch, str(path), base_commit)
-                repo.close()
+            args = ("checkout", "-q", "--ignore-other-worktrees", "-B", branch, base_commit)
+            ran = await git_run(slot.path, *args, heartbeat=heartbeat)
+            if ran.code != 0:  # local changes in the way: scrub and force
+                await self._scrub(slot, heartbeat)
+                await git(slot.path, "checkout", "-q", "-f", *args[2:], heartbeat=heartbeat)
         except BaseException:
-            _release(task_lock)
+            await asyncio.shield(self._discard(slot))
             raise
-        return Worktree(path, base_commit, resumed, task_lock)
+        return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
 
-    def remove(self, repo_path: str, worktree: Worktree) -> None:
+    def give_back(self, worktree: Worktree) -> None:
+        """Scrub the slot in the background (off the task's time) and put it back on the free list."""
+        task = asyncio.get_running_loop().create_task(self._recycle(worktree.slot))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def drain(self) -> None:
+        """At worker stop: unregister every slot from its clone at once, then delete the files.
+
+        Slots are moved into `<clone folder>/.trash` (a rename) and `git worktree prune` drops
+        their registrations in one call, so the clone is clean even if deleting a large tree is cut
+        short by the worker's shutdown timeout; the next start deletes what is left in the trash.
+        """
+        while self._cleanups:
+            await asyncio.gather(*list(self._cleanups), return_exceptions=True)
+        trash_dirs = []
+        for clone_path, clone in self._clones.items():
+            if not clone.owned:
+                continue
+            folder = self.repo_dir(clone_path)
+            trash = folder / ".trash"
+            trash.mkdir(parents=True, exist_ok=True)
+            for slot in list(clone.owned):
+                try:
+                    slot.path.rename(trash / slot.name)
+                except OSError:
+                    shutil.rmtree(slot.path, ignore_errors=True)
+                release(slot.lock)
+                (folder / f"{slot.name}.lock").unlink(missing_ok=True)
+            clone.owned.clear()
+            clone.free.clear()
+            handle = await self._locks.acquire(folder / ".lock")
+            try:
+                await git_run(clone_path, "worktree", "prune")
+            finally:
+                self._locks.release(folder / ".lock", handle)
+            trash_dirs.append(trash)
+        await asyncio.gather(*(asyncio.to_thread(shutil.rmtree, t, True) for t in trash_dirs))
+
+    def slots(self) -> int:
+        return sum(len(c.owned) for c in self._clones.values())
+
+    # --- slots -------------------------------------------------------------------------------
+
+    async def _add_slot(self, repo_path: str, base_commit: str, heartbeat: Heartbeat) -> Slot:
+        folder = self.repo_dir(repo_path)
+        folder.mkdir(parents=True, exist_ok=True)
+        lock_path = folder / ".lock"
+        handle = await self._locks.acquire(lock_path, heartbeat)
         try:
-            with self._repo_lock(repo_path):
-                repo = Repo(repo_path)
-                _remove(repo, worktree.path)
-                repo.close()
+            (folder / "REPO").write_text(os.path.abspath(repo_path))
+            while True:
+                name = f"w-{secrets.token_hex(4)}"
+                if not (folder / name).exists() and not (folder / f"{name}.lock").exists():
+                    break
+            lock = try_flock(folder / f"{name}.lock")
+            assert lock is not None, "a fresh lock file is always free"
+            slot = Slot(name, folder / name, os.path.abspath(repo_path), lock)
+            try:
+                # Only the registration under the clone's lock; the checkout itself (seconds on a
+                # large tree) runs after, in parallel with other tasks' checkouts.
+                await git(repo_path, "worktree", "add", "-q", "--no-checkout", "--detach", "-f", str(slot.path),
+                          base_commit, heartbeat=heartbeat)
+            except BaseException:
+                release(lock)
+                (folder / f"{name}.lock").unlink(missing_ok=True)
+                raise
         finally:
-            _release(worktree.lock)
-            worktree.path.with_suffix(".lock").unlink(missing_ok=True)
+            self._locks.release(lock_path, handle)
+        try:
+            await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
+        except BaseException:
+            await asyncio.shield(self._discard(slot))
+            raise
+        return slot
+
+    async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing) -> None:
+        await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
+        await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
+        await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat)
+
+    async def _recycle(self, slot: Slot) -> None:
+        try:
+            await self._scrub(slot)
+        except (GitError, OSError):
+            await self._discard(slot)
+            return
+        self._clones.setdefault(slot.clone, _Clone()).free.append(slot)
+
+    async def _discard(self, slot: Slot) -> None:
+        clone = self._clones.get(slot.clone)
+        if clone is not None:
+            clone.owned.discard(slot)
+        folder = slot.path.parent
+        lock_path = folder / ".lock"
+        handle = await self._locks.acquire(lock_path)
+        try:
+            ran = await git_run(slot.clone, "worktree", "remove", "--force", "--force", str(slot.path))
+            if ran.code != 0:
+                shutil.rmtree(slot.path, ignore_errors=True)
+                await git_run(slot.clone, "worktree", "prune")
+        finally:
+            self._locks.release(lock_path, handle)
+            release(slot.lock)
+            (folder / f"{slot.name}.lock").unlink(missing_ok=True)
+
+    # --- crash leftovers ------------------------------------------------------------------------
 
     def prune_stale(self) -> list[Path]:
-        """Remove worktrees that no live task holds (a crashed worker's); returns what was removed."""
+        """Remove slots that no live worker owns (a crashed worker's); returns what was removed.
+
+        Runs at worker start, before any task (the caller kills leftover executors first)."""
         removed: list[Path] = []
         if not self.root.is_dir():
             return removed
         for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
+            shutil.rmtree(folder / ".trash", ignore_errors=True)  # a drain cut short
             repo_file = folder / "REPO"
             if not repo_file.exists():
                 continue
             repo_path = repo_file.read_text().strip()
-            for lock_path in sorted(folder.glob("*.lock")):
-                if lock_path.name == ".lock":
-                    continue
-                handle = _locked(lock_path, blocking=False)
-                if handle is None:
-                    continue  # a live task holds it
+            with open(folder / ".lock", "a+b") as clone_lock:
+                fcntl.flock(clone_lock, fcntl.LOCK_EX)  # at start: no task waits behind us
                 try:
-                    stale = lock_path.with_suffix("")
-                    if stale.exists():
-                        with self._repo_lock(repo_path):
-                            try:
-                                repo = Repo(repo_path)
-                            except Exception:  # noqa: BLE001 - the clone itself is gone
-                                shutil.rmtree(stale, ignore_errors=True)
-                            else:
-                                _remove(repo, stale)
-                                repo.close()
-                        removed.append(stale)
+                    removed += self._prune_folder(folder, repo_path)
                 finally:
-                    _release(handle)
-                    lock_path.unlink(missing_ok=True)
+                    fcntl.flock(clone_lock, fcntl.LOCK_UN)
         return removed
 
-
-def _resolve(repo: Repo, branch: str, remote: str | None, required: bool = True) -> str:
-    refs = [f"refs/heads/{branch}"] + ([f"refs/remotes/{remote}/{branch}"] if remote else [])
-    for ref in refs:
-        try:
-            return SymbolicReference.dereference_recursive(repo, ref)
-        except ValueError:
-            continue
-    if required:
-        raise OpFailed(f"branch {branch} does not exist in {repo.working_dir}" + (f" nor on {remote}" if remote else ""))
-    return ""
-
-
-def _remove(repo: Repo, path: Path) -> None:
-    try:
-        repo.git.worktree("remove", "--force", "--force", str(path))
-    except GitCommandError:
-        shutil.rmtree(path, ignore_errors=True)
-    repo.git.worktree("prune")
+    def _prune_folder(self, folder: Path, repo_path: str) -> list[Path]:
+        removed = []
+        locks = {p.name[: -len(".lock")]: p for p in folder.glob("*.lock") if p.name != ".lock"}
+        dirs = {p.name: p for p in folder.iterdir() if p.is_dir()}
+        for name in sorted(set(locks) | set(dirs)):
+            handle = try_flock(locks[name]) if name in locks else None
+            if name in locks and handle is None:
+                continue  # a live worker owns it
+            try:
+                stale = folder / name
+                if stale.exists():
+                    done = subprocess.run(
+                        ["git", "worktree", "remove", "--force", "--force", str(stale)], cwd=repo_path,
+                        capture_output=True, env={**os.environ, **GIT_ENV}, check=False,
+                    ) if os.path.isdir(repo_path) else None
+                    if done is None or done.returncode != 0:
+                        shutil.rmtree(stale, ignore_errors=True)
+                    removed.append(stale)
+            finally:
+                if handle is not None:
+                    release(handle)
+                if name in locks:
+                    locks[name].unlink(missing_ok=True)
+        if os.path.isdir(repo_path):
+            subprocess.run(["git", "worktree", "prune"], cwd=repo_path, capture_output=True, check=False,
+                           env={**os.environ, **GIT_ENV})
+        return removed

@@ -11,20 +11,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.resources
+import os
 import shutil
 import signal
 import sys
+import sysconfig
 import uuid
 from pathlib import Path
 
+from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from taskfleet.cli.run import summary_table, watch
 from taskfleet.clients.connection import load_connect_config
+from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import BoardError, load_board
 from taskfleet.core.ids import orchestrator_workflow_id
+from taskfleet.core.models.git_batch import GitBatchConfig
 from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.devserver.session import dev_server_session
 from taskfleet.plugin import TaskfleetPlugin
 from taskfleet.sample_remote import make_sample_remote
@@ -49,7 +56,54 @@ async def _wait_for_ctrl_c() -> None:
     await stop.wait()
 
 
+def _shown(path: str) -> str:
+    """A path as short as it can be while still running verbatim from the current folder."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def _script(name: str) -> str:
+    """A console script of this environment (`.venv/bin/<name>`), which works without activating it."""
+    path = Path(sysconfig.get_path("scripts")) / name
+    return _shown(str(path)) if path.exists() else name
+
+
+def _demo_batcher_id(clone: Path) -> str:
+    return git_batch_workflow_id(str(clone), "origin", task_queue=DEMO_TASK_QUEUE)
+
+
+async def _end_idle_batcher(client: Client, clone: Path) -> None:
+    """The demo's batcher would otherwise stay Running under "No workers polling" once the demo exits:
+    with nothing queued or failed, end it, saying why (its history and stats stay browsable)."""
+    batcher = GitBatcherClient(client, GitBatchConfig(repo=str(clone)), DEMO_TASK_QUEUE)
+    batcher.workflow_id = _demo_batcher_id(clone)
+    try:
+        status = await batcher.status()
+        if status.queue or status.pending_batches or status.failed_batches or status.executing:
+            print(f"batcher:  {batcher.workflow_id} still has work; it stays running (serve it with "
+                  f"`taskfleet-worker --task-queue {DEMO_TASK_QUEUE}`)")
+            return
+        await batcher.handle.terminate(reason="taskfleet demo finished: nothing left to push")
+    except RPCError as err:
+        print(f"batcher:  {batcher.workflow_id}: {err.message}", file=sys.stderr)
+
+
 async def demo(args: argparse.Namespace) -> int:
+    if not getattr(args, "llm", False):
+        args.board = args.board or str(EXAMPLES / "demo-board.toml")
+        return await _demo(args)
+    from taskfleet.cli.demo_llm import llm_backend
+
+    args.board = args.board or str(EXAMPLES / "llm-board.toml")
+    with llm_backend(EXAMPLES / "llm-board.answers.toml") as notice:
+        print(notice, flush=True)
+        return await _demo(args)
+
+
+async def _demo(args: argparse.Namespace) -> int:
     config = load_connect_config(args.address or "localhost:7233", args.namespace)
     state_dir = Path(args.state_dir).resolve()
     try:
@@ -80,9 +134,21 @@ async def demo(args: argparse.Namespace) -> int:
             print(f"speed-up: {result.stats.speedup:.2f}x ({result.stats.task_seconds:.1f}s of task time "
                   f"in {result.stats.wall_seconds:.1f}s)")
             print(f"pushes:   {pushes} for {landed} landed tasks (the remote's hook counted them)")
-            print(f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}")
-            print(f"CLI:      temporal workflow list --address {config['target_host']}")
-            if sys.stdin.isatty() and not args.no_wait:
+            await _end_idle_batcher(session.client, clone)
+            keep_up = sys.stdin.isatty() and not args.no_wait
+            stops = session.started_here and not keep_up
+            print(f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}"
+                  + (" (once the server is back, see below)" if stops else ""))
+            flags = f"--address {config['target_host']}"
+            if not stops:
+                print(f"CLI:      {_shown(find_temporal_cli())} workflow list {flags}")
+                print(f"          {_script('taskfleet')} {flags} status {handle.id}")
+            else:
+                # The server we started stops with us: point at how to bring it (and the run) back.
+                print(f"Server:   stopped with the demo; the run's history is kept in {state_dir / 'temporal.db'}.")
+                print(f"          `{_script('taskfleet-worker')} --dev {flags} --state-dir {_shown(str(state_dir))} --task-queue "
+                      f"{DEMO_TASK_QUEUE}` brings it back, then `{_script('taskfleet')} {flags} status {handle.id}`")
+            if keep_up:
                 print("The server stays up so you can browse the run; Ctrl-C to stop.", flush=True)
                 await _wait_for_ctrl_c()
     ok = all(t.status == "succeeded" and t.landed for t in result.tasks)
@@ -91,7 +157,9 @@ async def demo(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the example board on the embedded dev server")
-    p.add_argument("--board", default=str(EXAMPLES / "demo-board.toml"))
+    p.add_argument("--board", help="default: examples/demo-board.toml (--llm: examples/llm-board.toml)")
+    p.add_argument("--llm", action="store_true", help="the Claude board: the real API if ANTHROPIC_API_KEY is "
+                   "set, else the bundled offline stand-in")
     p.add_argument("--state-dir", default=".taskfleet", help="dev server database, demo repo, logs")
     p.add_argument("--no-wait", action="store_true", help="exit after the summary even in a terminal")
     p.set_defaults(func=demo)

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -14,7 +15,8 @@ from temporalio.service import RPCError
 from taskfleet.cli.common import client_for, to_json
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
-from taskfleet.core.models.git_batch import GitBatchConfig, GitBatchStatus, GitOp
+from taskfleet.clients.search_attributes import ensure_search_attributes
+from taskfleet.core.models.git_batch import BatchResult, GitBatchConfig, GitBatchStatus, GitOp
 
 
 def _batcher(args: argparse.Namespace, client: Client) -> GitBatcherClient:
@@ -50,6 +52,9 @@ def _op_from_args(args: argparse.Namespace) -> GitOp | dict[str, Any]:
 
 async def git_enqueue(args: argparse.Namespace) -> int:
     client = await client_for(args)
+    notice = await ensure_search_attributes(client)
+    if notice:
+        print(f"taskfleet: {notice}", file=sys.stderr)
     gb = _batcher(args, client)
     op = _op_from_args(args)
     if args.wait:
@@ -76,12 +81,28 @@ async def git_flush(args: argparse.Namespace) -> int:
     if args.json:
         print(to_json(result))
     else:
-        print(f"{', '.join(result.batch_ids) or 'nothing to flush'}: {result.status}")
-        for outcome in result.outcomes:
-            print(f"  {outcome.op_id:<16} {outcome.op_type:<7} {outcome.branch:<30} {outcome.status} {outcome.reason}")
-        if result.error:
-            print(f"  error: {result.error}")
+        print(format_batch_result(result))
     return 0 if result.status != "failed" else 1
+
+
+def _wrapped(label: str, text: str, width: int = 100) -> list[str]:
+    """`label text`, the text on as many lines as it needs, continuation lines indented under it."""
+    text = " ".join(text.split())
+    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label),
+                         break_long_words=False, break_on_hyphens=False) or [label]
+
+
+def format_batch_result(result: BatchResult) -> str:
+    """Outcomes one line per op; a failed batch's error once, wrapped, instead of repeated per op."""
+    lines = [f"{', '.join(result.batch_ids) or 'nothing to flush'}: {result.status}"]
+    for outcome in result.outcomes:
+        reason = outcome.reason
+        if result.error and reason.startswith("batch failed"):
+            reason = "(the batch failed: error below)"
+        lines.extend(_wrapped(f"  {outcome.op_id:<16} {outcome.op_type:<7} {outcome.branch:<30} {outcome.status} ", reason))
+    for error in filter(None, result.error.split("; batch-")):
+        lines.extend(_wrapped("  error: ", error if error.startswith("batch-") else f"batch-{error}"))
+    return "\n".join(lines)
 
 
 def format_git_status(workflow_id: str, status: GitBatchStatus) -> str:
@@ -100,7 +121,7 @@ def format_git_status(workflow_id: str, status: GitBatchStatus) -> str:
         lines.append(f"  {batch.id}: {len(batch.ops)} ops, {batch.status}, {len(failed)} failed")
         lines.extend(f"    {o.op_id} {o.branch}: {o.reason}" for o in failed)
     for batch in status.failed_batches:
-        lines.append(f"  FAILED {batch.id} ({len(batch.ops)} ops, {batch.attempts} attempts): {batch.error}")
+        lines.extend(_wrapped(f"  FAILED {batch.id} ({len(batch.ops)} ops, {batch.attempts} attempts): ", batch.error))
     for rejected in status.rejected[-5:]:
         lines.append(f"  rejected {json.dumps(rejected.op)}: {rejected.reason}")
     return "\n".join(lines)
@@ -119,7 +140,7 @@ async def git_status(args: argparse.Namespace) -> int:
 
 
 async def git_id(args: argparse.Namespace) -> int:
-    print(git_batch_workflow_id(os.path.abspath(args.repo), args.remote))
+    print(git_batch_workflow_id(os.path.abspath(args.repo), args.remote, args.task_queue))
     return 0
 
 

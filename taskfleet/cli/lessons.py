@@ -35,6 +35,9 @@ async def lessons(args: argparse.Namespace) -> int:
               + (f", first at lines {s.malformed_line_numbers[:10]}" if s.malformed_line_numbers else "")
               + f"), {s.task_types} task types, {s.tokens} distinct tokens, built in {s.build_seconds:.3f}s")
         return 0
+    if not answer.matches:
+        print(f"no lessons match (the index holds {s.lessons}; `taskfleet lessons stats` describes it)")
+        return 0
     for match in answer.matches:
         lesson = match.lesson
         score = f" score {match.score:.2f}" if match.score else ""

@@ -7,6 +7,9 @@ import asyncio
 import os
 import sys
 
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
 from taskfleet.cli import demo, git, lessons
 from taskfleet.cli import run as board_commands
 from taskfleet.clients.connection import StartupError
@@ -28,15 +31,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(err: BaseException) -> str:
+    text = (err.message if isinstance(err, RPCError) else str(err)).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def run(argv: list[str] | None = None) -> int:
+    """Run one command. Whatever the server refuses is one line on stderr and exit code 2."""
     args = build_parser().parse_args(argv)
     try:
         return asyncio.run(args.func(args))
     except StartupError as err:
         print(f"taskfleet: {err}", file=sys.stderr)
         return 2
+    except RPCError as err:
+        print(f"taskfleet: the server refused: {_one_line(err)} ({err.status.name})", file=sys.stderr)
+        return 2
+    except WorkflowAlreadyStartedError as err:
+        print(f"taskfleet: {err.workflow_id} is already running", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `taskfleet run --json | head -1`: the reader is gone; nothing more to say, and nowhere to say it.
+        _silence_stdout()
+        return 0
     except KeyboardInterrupt:
         return 130
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,7 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     runtime threads can still be winding down then, and CPython aborts ("PyGILState_Release")
     when one of them touches the interpreter during finalization. Output is flushed first."""
     code = run(argv)
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
     sys.stderr.flush()
     os._exit(code)
 

@@ -5,17 +5,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
+import textwrap
+import time
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
-from temporalio.client import WorkflowFailureError, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.cli.common import client_for
+from taskfleet.cli.preflight import check_clone
 from taskfleet.clients.orchestrator import progress, start_board
+from taskfleet.clients.pollers import workflow_pollers
+from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.boards import BoardError, load_board
-from taskfleet.core.models.orchestrator import OrchestratorProgress, OrchestratorResult
+from taskfleet.core.models.orchestrator import (
+    Board,
+    OrchestratorProgress,
+    OrchestratorResult,
+    TaskOutcome,
+    TaskProgress,
+)
 
 
 def progress_line(p: OrchestratorProgress, total: int, width: int = 30) -> str:
@@ -28,13 +42,23 @@ def progress_line(p: OrchestratorProgress, total: int, width: int = 30) -> str:
     )
 
 
-def summary_table(result: OrchestratorResult) -> str:
+def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
+    """One row per task; a reason longer than the column is cut there and given in full below."""
     rows = [("task", "status", "landed", "seconds", "commit", "reason")]
+    long_reasons: list[TaskOutcome] = []
     for t in result.tasks:
+        reason = " ".join(t.reason.split())
+        if len(reason) > reason_width:
+            long_reasons.append(t)
+            reason = reason[: reason_width - 12] + "... (below)"
         rows.append((t.id, t.status + (" (cached)" if t.cache_hit else ""), "yes" if t.landed else "no",
-                     f"{t.seconds:.2f}", t.commit[:10], t.reason[:60]))
+                     f"{t.seconds:.2f}", t.commit[:10], reason))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    for t in long_reasons:
+        lines.append("")
+        lines.append(f"{t.id}: " + (f"(log: {t.log_path})" if t.log_path else ""))
+        lines.extend(textwrap.indent(textwrap.fill(para, 100) if para else "", "  ") for para in t.reason.splitlines())
     s = result.stats
     lines.append("")
     lines.append(
@@ -42,30 +66,100 @@ def summary_table(result: OrchestratorResult) -> str:
         f"pushes {s.pushes} (saved {s.network_savings}), cache hits {s.cache_hits}, "
         f"history runs {s.runs} (largest {s.largest_history_length} events)"
     )
+    if s.llm_requests:
+        lines.append(
+            f"Claude: {s.llm_requests} request(s) in {s.llm_api_calls} API call(s), tokens in {s.llm_input_tokens} "
+            f"(cache read {s.llm_cache_read_tokens}) out {s.llm_output_tokens}, est. ${s.llm_cost_usd:.4f}"
+        )
     return "\n".join(lines)
 
 
-async def watch(handle: WorkflowHandle, total: int, show: bool) -> OrchestratorResult:
-    """Wait for the result, drawing a progress line meanwhile (when `show`)."""
+def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
+    """The progress a finished run would answer, from its result: no query, so no worker needed."""
+    counts = {name: 0 for name in ("pending", "running", "succeeded", "failed", "cancelled", "landed")}
+    for t in result.tasks:
+        counts[t.status] = counts.get(t.status, 0) + 1
+        counts["landed"] += t.landed
+    return OrchestratorProgress(
+        counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed) for t in result.tasks],
+        pushes=result.stats.pushes,
+    )
+
+
+def _how_to_follow(args: argparse.Namespace, workflow_id: str) -> str:
+    flags = "".join(f" --{name} {value}" for name, value in (("address", args.address), ("namespace", args.namespace)) if value)
+    return f"follow it with `taskfleet{flags} status {workflow_id}`, cancel it with `taskfleet{flags} cancel {workflow_id}`"
+
+
+async def _notice_without_pollers(client: Client, task_queue: str, notice_after: float = 3.0) -> None:
+    """Say (once, on stderr) when no worker polls the run's task queue, and again when one does."""
+    deadline = time.monotonic() + notice_after
+    said = False
+    while True:
+        try:
+            polling = bool(await workflow_pollers(client, task_queue))
+        except RPCError:
+            return  # no permission to describe task queues: stay quiet rather than guess
+        if polling and said:
+            print(f"taskfleet: a worker polls {task_queue} now", file=sys.stderr, flush=True)
+            return
+        if polling:
+            return
+        if not said and time.monotonic() >= deadline:
+            print(
+                f"taskfleet: no worker polls task queue {task_queue!r}; the run waits until one does "
+                f"(start one: `taskfleet-worker --task-queue {task_queue}`, or `make worker`). Still waiting...",
+                file=sys.stderr, flush=True,
+            )
+            said = True
+        await asyncio.sleep(1.0)  # polling the server at a person's pace, not test synchronization
+
+
+async def watch(
+    handle: WorkflowHandle, total: int, show: bool, stop: asyncio.Event | None = None
+) -> OrchestratorResult | None:
+    """Wait for the result, drawing a progress line meanwhile (when `show`). None if `stop` is set."""
     result_task = asyncio.ensure_future(handle.result())
-    while not result_task.done():
+    stop_task = asyncio.ensure_future((stop or asyncio.Event()).wait())
+    try:
+        while not result_task.done() and not stop_task.done():
+            if show:
+                try:
+                    line = progress_line(await progress(handle, rpc_timeout=timedelta(seconds=2)), total)
+                    print(f"\r{line}", end="", file=sys.stderr, flush=True)
+                except RPCError:
+                    pass
+            await asyncio.wait({result_task, stop_task}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop_task.cancel()
+    if not result_task.done():
+        result_task.cancel()
         if show:
-            try:
-                line = progress_line(await progress(handle), total)
-                print(f"\r{line}", end="", file=sys.stderr, flush=True)
-            except RPCError:
-                pass
-        await asyncio.wait({result_task}, timeout=0.5)
-    if show:
-        print(file=sys.stderr)
-    return result_task.result()
+            print(file=sys.stderr)
+        return None
+    result = result_task.result()
+    if show:  # the last line drawn may predate the end: redraw it from the result
+        print(f"\r{progress_line(progress_of_result(result), total)}", file=sys.stderr, flush=True)
+    return result
 
 
 def _board_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out = {"run": args.run, "verify": args.verify, "base": args.base, "land": args.land}
+    out = {"run": args.run, "verify": args.verify, "base": args.base, "land": args.land,
+           "implementer": getattr(args, "implementer", None), "model": getattr(args, "model", None)}
     if args.max_parallel:
         out["max_parallel"] = args.max_parallel
     return out
+
+
+def _own_verification(args: argparse.Namespace, board: Board) -> list[str]:
+    """Open tasks of a markdown board that keep their own Verification command despite --verify."""
+    if not args.verify or board.format != "markdown":
+        return []
+    return [t.id for t in board.tasks if not t.done and t.verify != args.verify]
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2), flush=True)
 
 
 async def run_board(args: argparse.Namespace) -> int:
@@ -74,40 +168,98 @@ async def run_board(args: argparse.Namespace) -> int:
     except BoardError as err:
         print(f"taskfleet: board refused: {err}", file=sys.stderr)
         return 2
+    repo = check_clone(args.repo, board.base, args.remote) if not args.no_check else args.repo
+    own = _own_verification(args, board)
+    if own:
+        # The cell is the more specific setting, so it wins; say so rather than ignore --verify silently.
+        print(f"taskfleet: --verify applies to the other tasks; {', '.join(own)} keep the command in their "
+              "Verification cell", file=sys.stderr)
     client = await client_for(args)
-    handle = await start_board(
-        client, board, args.repo, task_queue=args.task_queue, remote=args.remote,
-        max_parallel=args.max_parallel or 0,
-        workflow_id=args.id or None,
-    )
+    notice = await ensure_search_attributes(client)
+    if notice:
+        print(f"taskfleet: {notice}", file=sys.stderr)
+    try:
+        handle = await start_board(
+            client, board, repo, task_queue=args.task_queue, remote=args.remote,
+            max_parallel=args.max_parallel or 0,
+            workflow_id=args.id or None,
+        )
+    except WorkflowAlreadyStartedError:
+        print(f"taskfleet: a run with id {args.id} is still running; "
+              f"{_how_to_follow(args, args.id)}, or pick another --id", file=sys.stderr)
+        return 2
     open_tasks = sum(1 for t in board.tasks if not t.done)
     if not args.json:
         print(f"started {handle.id} ({open_tasks} tasks); `taskfleet status {handle.id}` to check on it", file=sys.stderr)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    pollers = asyncio.ensure_future(_notice_without_pollers(client, args.task_queue))
     try:
-        result = await watch(handle, open_tasks, show=not args.json and sys.stderr.isatty())
+        result = await watch(handle, open_tasks, show=not args.json and sys.stderr.isatty(), stop=stop)
     except WorkflowFailureError as err:
         print(f"taskfleet: {handle.id} did not complete: {err.cause or err}", file=sys.stderr)
         return 1
-    print(json.dumps(asdict(result), indent=2) if args.json else summary_table(result))
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        pollers.cancel()
+    if result is None:
+        print(f"taskfleet: stopped watching {handle.id}; the run goes on without this command: "
+              f"{_how_to_follow(args, handle.id)}", file=sys.stderr, flush=True)
+        return 130
+    if args.json:
+        _print_json(asdict(result))
+    else:
+        print(summary_table(result), flush=True)
     return 0 if all(t.status == "succeeded" for t in result.tasks) else 1
 
 
 async def status(args: argparse.Namespace) -> int:
+    """A closed run answers from its result (no worker needed); a running one from its query."""
     client = await client_for(args)
-    handle = client.get_workflow_handle(args.workflow_id)
+    handle = client.get_workflow_handle(args.workflow_id, result_type=OrchestratorResult)
     try:
         description = await handle.describe()
-        p = await progress(handle)
     except RPCError as err:
-        print(f"taskfleet: no run {args.workflow_id}: {err}", file=sys.stderr)
+        if err.status == RPCStatusCode.NOT_FOUND:
+            print(f"taskfleet: no run {args.workflow_id} in namespace {client.namespace}", file=sys.stderr)
+        else:
+            print(f"taskfleet: cannot describe {args.workflow_id}: {err.message}", file=sys.stderr)
+        return 1
+    state = description.status.name if description.status else "UNKNOWN"
+    result: OrchestratorResult | None = None
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        result = await handle.result(follow_runs=False)
+        p = progress_of_result(result)
+    elif description.status == WorkflowExecutionStatus.RUNNING:
+        try:
+            p = await progress(handle, rpc_timeout=timedelta(seconds=args.query_timeout))
+        except RPCError as err:
+            print(f"{args.workflow_id}: RUNNING, but no worker answered its progress query within "
+                  f"{args.query_timeout:.0f}s (is a worker polling {description.task_queue}?): {err.message}",
+                  file=sys.stderr)
+            return 1
+    else:
+        print(f"{args.workflow_id}: {state} (closed at {description.close_time}); no result to show"
+              + (" (`temporal workflow show --workflow-id ...` has the history)" if not args.json else ""),
+              file=sys.stderr)
+        if args.json:
+            _print_json({"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0})
         return 1
     if args.json:
-        print(json.dumps({"status": description.status.name if description.status else "", **asdict(p)}, indent=2))
+        out: dict[str, Any] = {"status": state, **asdict(p)}
+        if result is not None:  # the full outcomes, reasons included
+            out["tasks"] = [asdict(t) for t in result.tasks]
+            out["stats"] = asdict(result.stats)
+        _print_json(out)
         return 0
-    print(f"{args.workflow_id}: {description.status.name if description.status else '?'}")
+    print(f"{args.workflow_id}: {state}")
     print(progress_line(p, len(p.tasks)))
-    for t in p.tasks:
-        print(f"  {t.id:<20} {t.status:<10} {'landed' if t.landed else ''}")
+    if result is not None:
+        print(summary_table(result))
+    else:
+        for t in p.tasks:
+            print(f"  {t.id:<20} {t.status:<10} {'landed' if t.landed else ''}")
     return 0
 
 
@@ -116,7 +268,7 @@ async def cancel(args: argparse.Namespace) -> int:
     try:
         await client.get_workflow_handle(args.workflow_id).cancel()
     except RPCError as err:
-        print(f"taskfleet: cannot cancel {args.workflow_id}: {err}", file=sys.stderr)
+        print(f"taskfleet: cannot cancel {args.workflow_id}: {err.message}", file=sys.stderr)
         return 1
     print(f"cancellation requested for {args.workflow_id}: running tasks are stopped and their worktrees removed")
     return 0
@@ -132,13 +284,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--verify", help="verification command for a markdown board")
     run.add_argument("--base", help="base branch (markdown board; default main)")
     run.add_argument("--land", choices=["push", "merge"], help="push task branches, or merge them into base")
+    run.add_argument("--implementer", choices=["anthropic"], help="markdown board: Claude makes each change")
+    run.add_argument("--model", help="Claude model id for implementer anthropic (default: TASKFLEET_MODEL)")
     run.add_argument("--id", help="workflow id (default taskfleet-run-<board>-<random>)")
     run.add_argument("--json", action="store_true", help="print the result object")
+    run.add_argument("--no-check", action="store_true",
+                     help="skip checking --repo here (when the clone exists only on the worker's machine)")
     run.set_defaults(func=run_board)
 
     st = sub.add_parser("status", help="progress of a board run")
     st.add_argument("workflow_id")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--query-timeout", type=float, default=5.0, help="seconds to wait for a worker's answer")
     st.set_defaults(func=status)
 
     cn = sub.add_parser("cancel", help="cancel a board run")

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from typing import Any
 
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.git_batch_start import op_payload, with_start_options
 from taskfleet.core.ids import git_batch_workflow_id as _pure_workflow_id
@@ -17,6 +25,7 @@ from taskfleet.core.models.git_batch import (
     GitOp,
 )
 from taskfleet.core.names import (
+    CONTINUING_AS_NEW,
     DEFAULT_TASK_QUEUE,
     GIT_BATCH_WORKFLOW,
     QUERY_STATS,
@@ -31,9 +40,9 @@ from taskfleet.core.names import (
 __all__ = ["GitBatcherClient", "git_batch_workflow_id", "op_payload"]
 
 
-def git_batch_workflow_id(repo: str, remote: str = "origin") -> str:
-    """The batcher's workflow id for a clone (relative paths resolved here) and remote."""
-    return _pure_workflow_id(os.path.abspath(repo), remote)
+def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """The batcher's workflow id for a clone (relative paths resolved here), remote and task queue."""
+    return _pure_workflow_id(os.path.abspath(repo), remote, task_queue)
 
 
 class GitBatcherClient:
@@ -43,7 +52,7 @@ class GitBatcherClient:
         self.client = client
         self.config = config
         self.task_queue = task_queue
-        self.workflow_id = git_batch_workflow_id(config.repo, config.remote)
+        self.workflow_id = git_batch_workflow_id(config.repo, config.remote, task_queue)
 
     @property
     def handle(self) -> WorkflowHandle:
@@ -75,10 +84,24 @@ class GitBatcherClient:
         await self.handle.signal(SIGNAL_FLUSH)
 
     async def flush_now(self) -> BatchResult:
-        return await self.handle.execute_update(UPDATE_FLUSH_NOW, result_type=BatchResult)
+        return await self._waiting_update(UPDATE_FLUSH_NOW)
 
     async def retry(self, batch_id: str) -> BatchResult:
-        return await self.handle.execute_update(UPDATE_RETRY, batch_id, result_type=BatchResult)
+        return await self._waiting_update(UPDATE_RETRY, batch_id)
+
+    async def _waiting_update(self, name: str, *args: Any, timeout: float = 120.0) -> BatchResult:
+        """An update that waits on a batch. While the batcher is handing its state to its next run it
+        refuses these (type `ContinuingAsNew`) rather than leave them unfinished: send again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return await self.handle.execute_update(name, args=list(args), result_type=BatchResult)
+            except WorkflowUpdateFailedError as err:
+                cause = err.cause
+                busy = isinstance(cause, ApplicationError) and cause.type == CONTINUING_AS_NEW
+                if not busy or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)
 
     async def status(self) -> GitBatchStatus:
         return await self.handle.query(QUERY_STATUS, result_type=GitBatchStatus)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -46,5 +47,6 @@ async def start_board(
         return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params, search_attributes=TypedSearchAttributes([]), **options)
 
 
-async def progress(handle: WorkflowHandle) -> OrchestratorProgress:
-    return await handle.query(QUERY_PROGRESS, result_type=OrchestratorProgress)
+async def progress(handle: WorkflowHandle, rpc_timeout: timedelta | None = None) -> OrchestratorProgress:
+    """The running workflow's `progress` query (a worker answers it; bound the wait with `rpc_timeout`)."""
+    return await handle.query(QUERY_PROGRESS, result_type=OrchestratorProgress, rpc_timeout=rpc_timeout)

@@ -8,8 +8,9 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
+from taskfleet.core.errors import StartupError
 from taskfleet.core.search_attributes import ALL, HOW_TO_ADD
 
 # (server, namespace) -> the notice of the first attempt ("" when they exist): once per process.
@@ -18,7 +19,8 @@ _checked: dict[tuple[str, str], str] = {}
 
 async def ensure_search_attributes(client: Client) -> str:
     """Add `TaskfleetKind` and `TaskfleetRepo` if missing (idempotent). Returns "" when they exist,
-    else one line saying that workflows start without them and how an operator adds them."""
+    else one line saying that workflows start without them and how an operator adds them.
+    A namespace that does not exist is a `StartupError` (one line for a person), not a notice."""
     key = (client.service_client.config.target_host, client.namespace)
     if key in _checked:
         return _checked[key]
@@ -36,6 +38,11 @@ async def ensure_search_attributes(client: Client) -> str:
                 )
             )
     except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            # Not a permission matter: nothing will start in a namespace that does not exist.
+            raise StartupError(
+                f"namespace {client.namespace} does not exist on {key[0]} ({err.message.strip()})"
+            ) from None
         notice = (
             f"search attributes TaskfleetKind/TaskfleetRepo could not be added to namespace "
             f"{client.namespace} ({err.status.name}: {err.message}); workflows start without them. "

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from taskfleet.core.git_op_validation import branch_name_problem
+from taskfleet.core.llm_board_keys import ANTHROPIC, LLM_KEYS, llm_fields_problem
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 
 if sys.version_info >= (3, 11):
@@ -22,7 +23,7 @@ else:  # pragma: no cover - Python 3.10
 
 MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
 BOARD_KEYS = {"name", "base", "max_parallel", "land", "run", "verify", "template", "task_type",
-              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks"}
+              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks"} | set(LLM_KEYS)
 TASK_KEYS = {f.name for f in fields(TaskSpec)} - {"acceptance"}
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -136,11 +137,14 @@ def _board_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: settings[k] for k in ("base", "max_parallel", "land") if k in settings}
 
 
-DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree")
+DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree",
+               *LLM_KEYS)
 
 
 def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str], where: str) -> TaskSpec:
     """Board-wide settings fill every task field the task itself did not set."""
+    if spec.implementer == ANTHROPIC and "implementer" in explicit and "run" not in explicit:
+        settings = {k: v for k, v in settings.items() if k != "run"}  # the task's own choice wins
     spec = replace(spec, **{k: settings[k] for k in DEFAULTABLE if k in settings and k not in explicit})
     if not spec.branch:
         spec.branch = f"task/{spec.id}"
@@ -152,6 +156,9 @@ def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str],
             raise BoardError(f"{where}: '{name}' must be true or false")
     if not isinstance(spec.timeout_seconds, (int, float)) or spec.timeout_seconds <= 0:
         raise BoardError(f"{where}: timeout_seconds must be a number > 0")
+    problem = llm_fields_problem(spec)
+    if problem:
+        raise BoardError(f"{where}: {problem}")
     return spec
 
 
@@ -182,7 +189,14 @@ def validate_board(board: Board, source: str = "board") -> Board:
         if task.branch == board.base:
             raise BoardError(f"{source}: task {task.id} works on the base branch {board.base}")
         branches[task.branch] = task.id
+        problem = llm_fields_problem(task)
+        if problem:
+            raise BoardError(f"{source}: task {task.id}: {problem}")
         if not task.done:
+            if task.implementer == ANTHROPIC:
+                if not task.verify.strip():
+                    raise BoardError(f"{source}: task {task.id} has no verify command (set `verify`, or --verify)")
+                continue
             if not task.run.strip():
                 raise BoardError(f"{source}: task {task.id} has no run command (set `run`, or --run)")
             if not task.verify.strip():

@@ -11,12 +11,17 @@ import re
 from dataclasses import fields
 from typing import Any
 
+from taskfleet.core.bounded import json_size
 from taskfleet.core.models.git_batch import OP_TYPES, GitBatchConfig, GitOp
 
 _FORBIDDEN_REF_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 _OP_FIELDS = {f.name for f in fields(GitOp)} - {"enqueued_at"}
 _MAX_MESSAGE = 64 * 1024
 _MAX_FILES = 10_000
+# One op as JSON (all fields): bounds what a queued op costs the batcher's carried state.
+MAX_OP_BYTES = 64 * 1024
+_MAX_LENGTHS = {"id": 200, "branch": 255, "target": 255, "worktree": 4096, "reply_to": 1000, "expect_commit": 40}
+_SHA1_HEX = re.compile(r"[0-9a-f]{40}")
 
 
 class InvalidGitOp(ValueError):
@@ -27,6 +32,8 @@ def branch_name_problem(name: Any) -> str | None:
     """Why `git check-ref-format --branch` (or git's option parser) would refuse `name`, or None."""
     if not isinstance(name, str) or not name:
         return "branch name is empty"
+    if len(name) > 255:
+        return "branch name is longer than 255 characters"
     if name.startswith("-"):
         return f"branch name {name!r} starts with '-'"
     if name == "@" or name == "HEAD":
@@ -49,6 +56,8 @@ def path_problem(path: Any) -> str | None:
     """Why a file path in a commit op is unsafe (absolute, escaping the worktree, an option), or None."""
     if not isinstance(path, str) or not path:
         return "file path is empty"
+    if len(path) > 4096:
+        return "file path is longer than 4096 characters"
     if "\x00" in path:
         return f"file path {path!r} contains a NUL byte"
     if path.startswith("/"):
@@ -69,12 +78,19 @@ def parse_git_op(raw: Any) -> GitOp:
         raw = {f: getattr(raw, f) for f in _OP_FIELDS}
     if not isinstance(raw, dict):
         raise InvalidGitOp(f"a git op must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - _OP_FIELDS - {"enqueued_at"})
+    unknown = [str(name) for name in raw if name not in _OP_FIELDS and name != "enqueued_at"]
     if unknown:
-        raise InvalidGitOp(f"unknown field(s) {', '.join(unknown)}; allowed: {sorted(_OP_FIELDS)}")
-    for name in ("id", "op_type", "branch", "message", "worktree", "target", "reply_to"):
+        shown = ", ".join(name if len(name) <= 40 else f"{name[:40]}…" for name in sorted(unknown[:100])[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise InvalidGitOp(f"unknown field(s) {shown}{more}; allowed: {sorted(_OP_FIELDS)}")
+    for name in ("id", "op_type", "branch", "message", "worktree", "target", "reply_to", "expect_commit"):
         if name in raw and raw[name] is not None and not isinstance(raw[name], str):
             raise InvalidGitOp(f"field {name!r} must be a string")
+    for name, limit in _MAX_LENGTHS.items():
+        if len(raw.get(name) or "") > limit:
+            raise InvalidGitOp(f"field {name!r} is longer than {limit} characters")
+    if len(raw.get("message") or "") > _MAX_MESSAGE:
+        raise InvalidGitOp("message is longer than 64 KiB")
     op_type = raw.get("op_type") or ""
     if op_type not in OP_TYPES:
         raise InvalidGitOp(
@@ -99,6 +115,7 @@ def parse_git_op(raw: Any) -> GitOp:
         target=raw.get("target") or "",
         reply_to=raw.get("reply_to") or "",
         force=bool(raw.get("force", False)),
+        expect_commit=raw.get("expect_commit") or "",
     )
     problem = branch_name_problem(op.branch)
     if problem:
@@ -112,6 +129,10 @@ def parse_git_op(raw: Any) -> GitOp:
             raise InvalidGitOp("a commit op needs a non-empty 'message'")
         if not op.worktree:
             raise InvalidGitOp("a commit op needs 'worktree' (where the changes are)")
+    if op.expect_commit and not _SHA1_HEX.fullmatch(op.expect_commit):
+        raise InvalidGitOp("field 'expect_commit' must be a full 40-hex commit id (lower case) or empty")
+    if op.expect_commit and op.op_type == "commit":
+        raise InvalidGitOp("'expect_commit' applies to push and merge ops only")
     if op.force and op.op_type != "push":
         raise InvalidGitOp("'force' applies to push ops only")
     if op.op_type == "merge" and op.target == op.branch:
@@ -126,6 +147,9 @@ def parse_git_op(raw: Any) -> GitOp:
         problem = path_problem(path)
         if problem:
             raise InvalidGitOp(problem)
+    size = json_size(op)
+    if size > MAX_OP_BYTES:
+        raise InvalidGitOp(f"op is {size // 1024} KiB as JSON; the limit is {MAX_OP_BYTES // 1024} KiB")
     return op
 
 

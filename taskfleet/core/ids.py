@@ -6,6 +6,8 @@ import hashlib
 import posixpath
 import re
 
+from taskfleet.core.names import DEFAULT_TASK_QUEUE
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -13,13 +15,17 @@ def slug(text: str, limit: int = 40) -> str:
     return _UNSAFE.sub("-", text).strip("-")[:limit] or "x"
 
 
-def git_batch_workflow_id(repo: str, remote: str = "origin") -> str:
-    """`taskfleet-git-<clone name>-<remote>-<hash of the clone's absolute path>`: readable and unique.
+def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """`taskfleet-git-<clone name>-<remote>-<8 hex>`: readable, and one per (clone, remote, task queue).
 
+    The hash covers the clone's absolute path and the remote, plus the task queue unless it is the
+    default one (so ids of the default queue are unchanged). Each queue gets its own batcher, which
+    runs its push activity on that queue: the batcher follows its callers (contract C2).
     `repo` must be absolute (callers resolve it first), so this stays a pure function.
     """
     path = posixpath.normpath(repo)
-    digest = hashlib.sha256(f"{path}\0{remote}".encode()).hexdigest()[:8]
+    key = f"{path}\0{remote}" if task_queue == DEFAULT_TASK_QUEUE else f"{path}\0{remote}\0{task_queue}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     return f"taskfleet-git-{slug(posixpath.basename(path) or 'repo')}-{remote}-{digest}"
 
 

@@ -11,6 +11,8 @@ DEFAULT_TASK_QUEUE = "taskfleet"
 GIT_BATCH_WORKFLOW = "GitBatchWorkflow"
 ORCHESTRATOR_WORKFLOW = "OrchestratorWorkflow"
 LESSONS_QUERY_WORKFLOW = "LessonsQueryWorkflow"
+LLM_BATCH_WORKFLOW = "LLMBatchWorkflow"
+LLM_TASK_WORKFLOW = "LLMTaskWorkflow"
 
 # --- GitBatchWorkflow messages ------------------------------------------------------------------
 SIGNAL_ENQUEUE = "enqueue"
@@ -20,10 +22,18 @@ UPDATE_FLUSH_NOW = "flush_now"
 UPDATE_RETRY = "retry"
 QUERY_STATUS = "status"
 QUERY_STATS = "stats"
+# Error type of a `flush_now`/`retry` refused while the batcher continues as new: send it again.
+CONTINUING_AS_NEW = "ContinuingAsNew"
 
 # --- OrchestratorWorkflow messages --------------------------------------------------------------
 SIGNAL_GIT_OPS_LANDED = "git_ops_landed"
 QUERY_PROGRESS = "progress"
+
+# --- LLMBatchWorkflow / LLMTaskWorkflow messages ------------------------------------------------
+SIGNAL_LLM_SUBMIT = "submit"  # to LLMBatchWorkflow: one request to send in the next batch
+SIGNAL_LLM_FLUSH = "flush"
+SIGNAL_LLM_REPLY = "llm_reply"  # to the LLMTaskWorkflow that submitted: its result
+QUERY_LLM_STATUS = "status"
 
 # --- LeaseLockWorkflow (one per guarded resource) ---------------------------------------------
 LEASE_LOCK_WORKFLOW = "LeaseLockWorkflow"
@@ -40,6 +50,15 @@ ACTIVITY_PUSH_BATCH = "taskfleet_push_batch"
 ACTIVITY_QUERY_LESSONS = "taskfleet_query_lessons"
 ACTIVITY_RECORD_LESSON = "taskfleet_record_lesson"
 ACTIVITY_LESSONS_STATS = "taskfleet_lessons_stats"
+ACTIVITY_CLAIM_BRANCHES = "taskfleet_claim_branches"
+ACTIVITY_LLM_PREPARE = "taskfleet_llm_prepare"
+ACTIVITY_LLM_SUBMIT = "taskfleet_llm_submit"
+ACTIVITY_LLM_CALL_DIRECT = "taskfleet_llm_call_direct"
+ACTIVITY_LLM_CREATE_BATCH = "taskfleet_llm_create_batch"
+ACTIVITY_LLM_POLL_BATCH = "taskfleet_llm_poll_batch"
+ACTIVITY_LLM_DELIVER_RESULTS = "taskfleet_llm_deliver_results"
+ACTIVITY_LLM_APPLY = "taskfleet_llm_apply"
+ACTIVITY_LLM_RECORD_FAILURE = "taskfleet_llm_record_failure"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).
@@ -50,3 +69,7 @@ LEGACY_ACTIVITY_NAMES = {
     ACTIVITY_LESSONS_STATS: "lessons_stats",
 }
 PATCH_PREFIXED_ACTIVITIES = "taskfleet-prefixed-activity-names"
+
+# Orchestrator changes guarded for replay (each id is recorded in the histories that use it).
+PATCH_RUN_KEY_FIRST_RUN = "taskfleet-run-key-first-run-id"
+PATCH_CLAIM_BRANCHES = "taskfleet-claim-branches"

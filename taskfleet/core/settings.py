@@ -12,6 +12,11 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _absolute(path: str | os.PathLike[str]) -> Path:
+    """`path` made absolute against the current working directory (symlinks kept, `..` folded)."""
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
 def _state_dir() -> Path:
     return Path(os.environ.get("TASKFLEET_STATE_DIR", ".taskfleet"))
 
@@ -29,9 +34,13 @@ class TaskfleetSettings:
     result_cache_memory_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        self.state_dir = Path(self.state_dir)
-        if self.lessons_path is None:
-            self.lessons_path = self.state_dir / "lessons.jsonl"
+        # Absolute once, here, from the worker's working directory: git resolves a relative path
+        # against the clone it runs in and the executor against its worktree, so a relative state
+        # dir would scatter `.taskfleet/` folders into users' repositories.
+        self.state_dir = _absolute(self.state_dir)
+        self.lessons_path = _absolute(self.lessons_path) if self.lessons_path else self.state_dir / "lessons.jsonl"
+        if self.templates_dir is not None:
+            self.templates_dir = _absolute(self.templates_dir)
 
     @property
     def logs_dir(self) -> Path:

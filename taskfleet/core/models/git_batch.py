@@ -41,6 +41,9 @@ class GitOp:
     # push: replace the remote branch even when it moved elsewhere, if it is still where this
     # clone last saw it (--force-with-lease). For branches taskfleet owns, such as task branches.
     force: bool = False
+    # push/merge (contract C1): the commit `branch` must be at in the clone when the batch applies;
+    # otherwise this op fails (and only this op). Empty: no check.
+    expect_commit: str = ""
     # Set by the workflow when the op is accepted (ISO-8601, workflow time).
     enqueued_at: str = ""
 
@@ -62,9 +65,14 @@ class GitBatchConfig:
 
 @dataclass
 class RejectedOp:
+    """A message the batcher refused. `op` is a bounded preview of what was sent (depth, items and
+    string lengths capped; a few hundred bytes at most), never the raw payload."""
+
     op: Any
     reason: str
     at: str = ""
+    # Which handler refused it (enqueue, submit, retry...).
+    handler: str = ""
 
 
 @dataclass
@@ -76,6 +84,10 @@ class OpOutcome:
     reason: str = ""
     commit: str = ""
     ref: str = ""
+    # Contract C1: the commit of `branch` that landed. push/commit: the remote ref's new value as the
+    # push reported it (the remote's current value for up_to_date); merge: the merged branch's tip
+    # (the target's new value is in `commit`). Empty when the op failed.
+    branch_commit: str = ""
 
 
 @dataclass

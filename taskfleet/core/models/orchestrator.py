@@ -31,6 +31,15 @@ class TaskSpec:
     # false: a task that changes nothing (a check, a report) runs in a scratch folder, with no
     # worktree, commit or landing
     worktree: bool = True
+    # --- the built-in Claude implementer (issue 13; `implementer = "anthropic"` instead of `run`) ---
+    implementer: str = ""  # "" (the `run` command) or "anthropic"
+    model: str = ""  # "": env TASKFLEET_MODEL on the worker, else taskfleet's default model
+    max_tokens: int = 8192
+    context: list[str] = field(default_factory=list)  # repo-relative globs read from the base commit
+    max_attempts: int = 2  # model calls per task (the first, then fix rounds)
+    llm_batch: bool = True  # false: one direct `messages.create` per request
+    llm_batch_max_size: int = 100
+    llm_batch_max_age_seconds: float = 10.0
 
 
 @dataclass
@@ -56,6 +65,11 @@ class TaskOutcome:
     reason: str = ""
     cache_hit: bool = False
     log_path: str = ""
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0
 
 
 @dataclass
@@ -70,6 +84,19 @@ class OrchestratorStats:
     runs: int = 1
     largest_history_length: int = 0
     max_running: int = 0
+    # Honest speed-up: `speedup` is work_seconds / wall_seconds, where work is the tasks' own
+    # executor + verification time; taskfleet's own costs are reported beside it.
+    work_seconds: float = 0.0
+    setup_seconds: float = 0.0  # worktree set-up, summed over tasks
+    wait_seconds: float = 0.0  # scheduled -> started on a worker, summed over tasks
+    landing_seconds: float = 0.0  # task finished -> its landing reported, summed over landed tasks
+    overhead_seconds_per_task: float = 0.0  # (task time beyond work + waiting + landing) / tasks
+    llm_api_calls: int = 0  # batch creates + direct calls
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0  # estimated, batch discount applied
 
 
 @dataclass
@@ -83,6 +110,12 @@ class OrchestratorState:
     stats: OrchestratorStats = field(default_factory=OrchestratorStats)
     started_at: str = ""
     flush_sent: bool = False
+    # landing op id -> the task's commit: an outcome counts only if the branch landed at it
+    landing_commits: dict[str, str] = field(default_factory=dict)
+    # landing op id -> when run_task returned (workflow time, seconds since the epoch)
+    landing_sent_at: dict[str, float] = field(default_factory=dict)
+    run_key: str = ""  # set once by the first run: `<workflow id>@<first run id>`
+    llm_batch_ids: list[str] = field(default_factory=list)  # distinct Message Batches used
 
 
 @dataclass
@@ -109,7 +142,7 @@ class TaskInput:
     remote: str
     base: str
     land: str
-    run_key: str  # the orchestrator's workflow id: commit trailer and landing op ids
+    run_key: str  # `<workflow id>@<first run id>` (the workflow id alone before that patch): commit trailer, op ids
     reply_to: str
     git_task_queue: str
     git_max_batch_size: int = 10
@@ -136,6 +169,27 @@ class TaskResult:
     resumed: bool = False  # a retry found the task's commit already on its branch
     landing_op_id: str = ""
     prompt_hash: str = ""
+    setup_seconds: float = 0.0  # worktree ready (resolve, take a pool slot, reset it to the base)
+    wait_seconds: float = 0.0  # this attempt: scheduled -> started on a worker
+
+    # LLM tasks only: direct calls made, Message Batches used, requests sent, tokens, estimated cost
+    llm_direct_calls: int = 0
+    llm_batch_ids: list[str] = field(default_factory=list)
+    llm_requests: int = 0
+    llm_input_tokens: int = 0
+    llm_output_tokens: int = 0
+    llm_cache_read_tokens: int = 0
+    llm_cost_usd: float = 0.0
+
+
+@dataclass
+class BranchClaim:
+    """Input of `claim_branches`: a run takes its task branches on a clone before any task runs."""
+
+    repo: str
+    branches: list[str]
+    workflow_id: str
+    first_run_id: str
 
 
 @dataclass

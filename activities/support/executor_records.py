@@ -1,0 +1,107 @@
+"""Which executors are running, on disk, so a crashed worker's executors can be killed later.
+
+Each command a task runs carries `TASKFLEET_EXEC_TOKEN=<worker pid>-<random>` in its environment,
+and `<state>/executors/<token>` holds its process-group id while it runs. The leader dies with the
+worker (PR_SET_PDEATHSIG); what it started may not. The next worker on the state dir (and any live
+worker, now and then) kills every process still carrying the token of a worker that is gone, before
+a retry can meet it. The token, not the group id alone, names the processes: a group id can be
+reused by an unrelated program once its group is empty.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+
+TOKEN_VARIABLE = "TASKFLEET_EXEC_TOKEN"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (dead, not yet reaped by whoever adopted it) counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Live processes whose environment carries this executor token (Linux: from /proc)."""
+    needle = f"{TOKEN_VARIABLE}={token}\0".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                if needle in handle.read() and _alive(int(entry.name)):
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
+    """SIGKILL every process of the executor `token` (group `pgid`); how many were found."""
+    if not sys.platform.startswith("linux"):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            return 1
+        except (ProcessLookupError, PermissionError):
+            return 0
+    killed: set[int] = set()
+    deadline = time.monotonic() + wait
+    while (pids := processes_with_token(token)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    return len(killed)
+
+
+class ExecutorRecords:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._last_reap = 0.0
+
+    def new_token(self) -> str:
+        return f"{os.getpid()}-{secrets.token_hex(6)}"
+
+    def record(self, token: str, pgid: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / token).write_text(str(pgid))
+
+    def forget(self, token: str) -> None:
+        (self.root / token).unlink(missing_ok=True)
+
+    def reap_dead(self) -> int:
+        """Kill the executors of workers that are gone; how many processes were killed."""
+        self._last_reap = time.monotonic()
+        killed = 0
+        for path in self.root.iterdir() if self.root.is_dir() else []:
+            owner = path.name.split("-", 1)[0]
+            if not owner.isdigit() or int(owner) == os.getpid() or _alive(int(owner)):
+                continue  # not a record, or its worker still runs (ours forget theirs when done)
+            try:
+                pgid = int(path.read_text().strip() or 0)
+            except (OSError, ValueError):
+                pgid = 0
+            killed += kill_executor(path.name, pgid)
+            path.unlink(missing_ok=True)
+        return killed
+
+    def reap_now_and_then(self, every: float = 10.0) -> None:
+        """`reap_dead`, at most every `every` seconds: cheap enough to call from each task."""
+        if time.monotonic() - self._last_reap >= every:
+            self.reap_dead()

@@ -1,0 +1,150 @@
+"""`git` (and file locks) from the worker's event loop: no thread waits, everything heartbeats.
+
+A git command is a child process watched through a pidfd in the event loop (as the executor does),
+its output captured in anonymous memory files, so a hundred tasks waiting on git or on a lock use
+no thread at all: the activity's coroutine keeps heartbeating while it waits. Thread pools are
+small (min(32, cores + 4)); a thread blocked in `flock` for a task's lifetime starves the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from taskfleet.activities.support.executor import _exited
+
+Heartbeat = Callable[[], None]
+
+# No automatic gc or maintenance from our git calls (they run in parallel on one clone), and never
+# a password prompt on the worker's terminal.
+GIT_ENV = {
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "maintenance.auto",
+    "GIT_CONFIG_VALUE_0": "false",
+    "GIT_CONFIG_KEY_1": "gc.auto",
+    "GIT_CONFIG_VALUE_1": "0",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def _nothing() -> None:
+    pass
+
+
+class GitError(Exception):
+    """A git command failed; the message is git's last line of error output."""
+
+    def __init__(self, args: tuple[str, ...], code: int, err: str) -> None:
+        lines = [line for line in err.strip().splitlines() if line.strip()]
+        self.code, self.stderr = code, err
+        super().__init__(f"git {' '.join(args[:2])} failed: {lines[-1] if lines else f'exit {code}'}")
+
+
+@dataclass
+class GitRun:
+    code: int
+    out: str
+    err: str
+
+
+def _memfile(name: str) -> int:
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create(name)
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix=name)
+    os.unlink(path)
+    return fd
+
+
+def _read_all(fd: int) -> str:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, size, 0).decode(errors="replace") if size else ""
+
+
+async def git_run(
+    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
+) -> GitRun:
+    """Run `git args...` in `cwd`; its exit code and output, whatever the code."""
+    out, err = _memfile("git-out"), _memfile("git-err")
+    try:
+        proc = subprocess.Popen(  # noqa: ASYNC220 - spawned here, waited for through a pidfd below
+            ["git", *args], cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            env={**os.environ, **GIT_ENV, **(env or {})},
+        )
+        try:
+            while not await _exited(proc, 1.0):
+                heartbeat()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        code = proc.wait()
+        return GitRun(code, _read_all(out), _read_all(err))
+    finally:
+        os.close(out)
+        os.close(err)
+
+
+async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing) -> str:
+    """`git args...` in `cwd`; its stripped output, or GitError."""
+    ran = await git_run(cwd, *args, env=env, heartbeat=heartbeat)
+    if ran.code != 0:
+        raise GitError(args, ran.code, ran.err or ran.out)
+    return ran.out.strip()
+
+
+def try_flock(path: Path) -> IO[bytes] | None:
+    """An exclusive lock on `path` if it is free right now, else None (never waits)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+b")  # noqa: SIM115 - kept open while the lock is held
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def release(handle: IO[bytes]) -> None:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()
+
+
+class FileLocks:
+    """Exclusive locks on files, shared by the tasks of this process (an asyncio lock per path)
+    and with other processes on the host (flock, polled from the event loop with heartbeats)."""
+
+    def __init__(self) -> None:
+        self._local: dict[Path, asyncio.Lock] = {}
+
+    async def acquire(self, path: Path, heartbeat: Heartbeat = _nothing, poll: float = 0.01) -> IO[bytes]:
+        local = self._local.setdefault(path, asyncio.Lock())
+        await local.acquire()
+        try:
+            last = time.monotonic()
+            while (handle := try_flock(path)) is None:
+                if time.monotonic() - last >= 0.5:
+                    heartbeat()
+                    last = time.monotonic()
+                await asyncio.sleep(poll)
+                poll = min(poll * 2, 0.1)
+            return handle
+        except BaseException:
+            local.release()
+            raise
+
+    def release(self, path: Path, handle: IO[bytes]) -> None:
+        try:
+            release(handle)
+        finally:
+            self._local[path].release()

@@ -1,0 +1,45 @@
+"""Checks `taskfleet run` makes before it starts anything: the clone, its base branch and remote.
+
+A wrong `--repo` found by the tasks seconds later fails every task and leaves a batcher running for
+a clone that does not exist; found here, it is one line and nothing starts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from taskfleet.core.errors import StartupError
+
+
+def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["git", "-C", repo, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30
+    )
+
+
+def check_clone(repo: str, base: str, remote: str) -> str:
+    """The clone's absolute path, or a `StartupError` saying what is wrong with it."""
+    path = os.path.abspath(repo)
+    if not os.path.isdir(path):
+        raise StartupError(f"--repo {repo}: no such folder ({path})")
+    top = _git(path, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise StartupError(f"--repo {repo}: not a git repository ({path})")
+    if os.path.realpath(top.stdout.strip()) != os.path.realpath(path):
+        raise StartupError(
+            f"--repo {repo}: is inside the clone {top.stdout.strip()}, not its top folder; pass that instead"
+        )
+    if _git(path, "remote", "get-url", remote).returncode != 0:
+        remotes = _git(path, "remote").stdout.split()
+        raise StartupError(
+            f"--repo {repo}: has no remote {remote!r} (it has: {', '.join(remotes) or 'none'}); "
+            "pass --remote or add one with `git remote add`"
+        )
+    for ref in (f"refs/heads/{base}", f"refs/remotes/{remote}/{base}"):
+        if _git(path, "rev-parse", "--verify", "--quiet", ref).returncode == 0:
+            return path
+    raise StartupError(
+        f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
+        "pass --base (markdown board) or set `base` in the board"
+    )

@@ -1,0 +1,211 @@
+"""Wire types of the Claude implementer: the per-task child workflow, the batcher and their activities.
+
+Request params are plain JSON dicts in the Messages API's own shape, so what goes to the API is
+exactly what sits in history (and in the cache key). Nothing secret is ever in here: the API key
+stays in the worker's environment.
+"""
+
+# No `from __future__ import annotations`: the data converter resolves these hints on every payload.
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from taskfleet.core.models.orchestrator import TaskInput
+
+# Result types of one request (the Message Batches API's, plus `failed`: taskfleet could not get one)
+REPLY_SUCCEEDED = "succeeded"
+REPLY_ERRORED = "errored"
+REPLY_CANCELED = "canceled"
+REPLY_EXPIRED = "expired"
+REPLY_FAILED = "failed"
+
+
+@dataclass
+class LLMUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+
+@dataclass
+class LLMReply:
+    """The answer to one request: the API's message (succeeded) or why there is none."""
+
+    custom_id: str
+    type: str
+    message: dict = field(default_factory=dict)  # the Message object as JSON
+    error: str = ""
+    batch_id: str = ""  # "" for a direct call
+    usage: LLMUsage = field(default_factory=LLMUsage)
+
+
+@dataclass
+class LLMRequest:
+    """What `submit` carries; `enqueued_at` is set by the batcher."""
+
+    custom_id: str
+    params: dict
+    reply_to: str
+    max_batch_size: int = 100
+    max_batch_age_seconds: float = 10.0
+    enqueued_at: str = ""
+
+
+@dataclass
+class LLMBatchConfig:
+    """How the batcher polls; given by whoever starts it (the first submitter)."""
+
+    poll_initial_seconds: float = 1.0
+    poll_max_seconds: float = 60.0
+    api_timeout_seconds: float = 120.0  # one API call's activity timeout
+    max_history_events: int = 0  # test hook: continue-as-new past this many events
+
+
+@dataclass
+class InFlightBatch:
+    """A flush: its requests' routing (not their params) and, once created, the API's batch id."""
+
+    flush_id: str
+    custom_ids: list[str]
+    reply_to: list[str]  # parallel to custom_ids
+    cut_at: str
+    batch_id: str = ""
+    processing_status: str = ""
+    request_counts: dict = field(default_factory=dict)
+    polls: int = 0
+    next_poll_seconds: float = 1.0
+    next_poll_at: str = ""
+    created_at: str = ""
+    ended_at: str = ""
+    failures: int = 0  # polls or result reads in a row that failed for good
+
+
+@dataclass
+class RejectedSubmit:
+    what: str  # a bounded description of what arrived
+    reason: str
+    at: str
+
+
+@dataclass
+class LLMBatchStats:
+    submitted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    batches_created: int = 0
+    batches_recovered: int = 0  # found again after a crash between create and recording its id
+    results_delivered: int = 0
+    unknown_results: int = 0
+    polls: int = 0
+
+
+@dataclass
+class LLMBatchState:
+    """Everything that survives continue-as-new."""
+
+    pending: list[LLMRequest] = field(default_factory=list)
+    in_flight: list[InFlightBatch] = field(default_factory=list)
+    recent_ids: list[str] = field(default_factory=list)
+    rejected: list[RejectedSubmit] = field(default_factory=list)
+    recent_batches: list[InFlightBatch] = field(default_factory=list)
+    stats: LLMBatchStats = field(default_factory=LLMBatchStats)
+    next_flush: int = 1
+    flush_requested: bool = False
+    runs: int = 1
+
+
+@dataclass
+class LLMBatchStatus:
+    pending: list[str]  # custom ids waiting for the next flush
+    in_flight: list[InFlightBatch]
+    recent_batches: list[InFlightBatch]
+    rejected: list[RejectedSubmit]
+    stats: LLMBatchStats
+    config: LLMBatchConfig
+    runs: int
+
+
+# --- activities of the batcher ---------------------------------------------------------------------
+
+
+@dataclass
+class CreateBatchInput:
+    flush_id: str
+    requests: list[dict]  # [{"custom_id", "params"}]
+    cut_at: str  # when the flush was cut (workflow time): the earliest its batch can have been made
+    known_batch_ids: list[str] = field(default_factory=list)  # never adopt one of these
+
+
+@dataclass
+class CreateBatchOutput:
+    batch_id: str
+    recovered: bool = False  # an earlier attempt had created it
+
+
+@dataclass
+class PollBatchOutput:
+    batch_id: str
+    processing_status: str
+    request_counts: dict = field(default_factory=dict)
+
+
+@dataclass
+class DeliverResultsInput:
+    batch_id: str
+    custom_ids: list[str]
+    reply_to: list[str]
+
+
+@dataclass
+class DeliverResultsOutput:
+    delivered: int = 0
+    unknown: list[str] = field(default_factory=list)  # custom ids not of this batch (dropped)
+    missing: list[str] = field(default_factory=list)  # ours with no result line
+
+
+# --- the per-task child workflow ----------------------------------------------------------------
+
+
+@dataclass
+class LLMTaskInput:
+    task_input: TaskInput
+
+
+@dataclass
+class PreparedRequest:
+    params: dict  # model, max_tokens, system, messages, tools, tool_choice
+    cache_key: str
+    base_commit: str
+    prompt_hash: str
+    cached_edits: Optional[list] = None  # a cache hit: the edits that passed verification before
+    cached_summary: str = ""
+
+
+@dataclass
+class SubmitInput:
+    request: LLMRequest
+    batch_workflow_id: str
+    task_queue: str
+
+
+@dataclass
+class DirectCallInput:
+    custom_id: str
+    params: dict
+
+
+@dataclass
+class ApplyInput:
+    task_input: TaskInput
+    edits: Any  # the model's `edits`, unvalidated: the activity refuses what it cannot apply
+    summary: str = ""
+    attempt: int = 1
+    cache_key: str = ""  # set: store the edits under it when they pass verification
+    from_cache: bool = False
+
+
+@dataclass
+class FailureInput:
+    task_input: TaskInput
+    failure_type: str
+    reason: str

@@ -1,0 +1,48 @@
+"""Benchmarks stay alive: each script in benchmarks/ runs with `--quick` and prints its JSON.
+
+Only that they run and print a JSON object is checked here; their figures are benchmarks, never
+asserted (README's table comes from full runs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+HELPERS = {"common.py", "send_ops.py"}  # imported or started by the benchmarks, not benchmarks themselves
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)
+
+
+def last_json_object(text: str) -> dict:
+    """The last top-level JSON object in `text` (a benchmark's stdout holds its JSON alone, but a
+    stray line before it must not hide it)."""
+    starts = [i for i, line in enumerate(text.splitlines()) if line.startswith("{")]
+    assert starts, f"no JSON object in the output:\n{text[-2000:]}"
+    return json.loads("\n".join(text.splitlines()[starts[-1]:]))
+
+
+def test_every_benchmark_is_listed_in_make_bench_quick():
+    makefile = (ROOT / "Makefile").read_text()
+    assert SCRIPTS, "no benchmarks found"
+    for name in SCRIPTS:
+        assert f"benchmarks/{name} --quick" in makefile, name
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_benchmark_runs_quick_and_prints_json(script: str):
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = last_json_object(proc.stdout)
+    assert isinstance(figures, dict) and figures
+    assert figures.get("quick") is True, f"{script} did not take --quick"
+    if script == "dispatch.py":
+        assert all(any("ratio" in key for key in case) for case in figures["compare"].values())

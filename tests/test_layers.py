@@ -1,0 +1,70 @@
+"""Layers you can see: imports only point down (ground <- workflows/activities <- plugin, clients, CLI).
+
+Parsed with `ast` from the source tree, so a lazy import inside a function counts as much as one at
+the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Where each installed package lives in the checkout (pyproject's package-dir mapping).
+SOURCES = {"taskfleet.workflows": ROOT / "workflows", "taskfleet.activities": ROOT / "activities", "taskfleet": ROOT / "taskfleet"}
+TOP = ("taskfleet.clients", "taskfleet.cli", "taskfleet.plugin", "taskfleet.worker", "taskfleet.devserver")
+
+
+def modules_under(package: str) -> dict[str, Path]:
+    folder = SOURCES.get(package) or SOURCES["taskfleet"] / package.removeprefix("taskfleet.").replace(".", "/")
+    return {f"{package}:{path.relative_to(folder)}": path for path in sorted(folder.rglob("*.py"))}
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def offending(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    found = []
+    for where, path in modules_under(package).items():
+        for name in sorted(imports_of(path)):
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                found.append(f"{where} imports {name}")
+    return found
+
+
+def test_the_ground_imports_nothing_above_it():
+    assert modules_under("taskfleet.core"), "taskfleet/core not found"
+    assert offending("taskfleet.core", ("taskfleet.workflows", "taskfleet.activities", *TOP)) == []
+
+
+def test_workflows_and_activities_never_import_the_top():
+    assert offending("taskfleet.workflows", TOP) == []
+    assert offending("taskfleet.activities", TOP) == []
+
+
+def test_activities_never_import_workflows():
+    assert offending("taskfleet.activities", ("taskfleet.workflows",)) == []
+
+
+def test_no_bare_top_level_imports_of_our_folders():
+    """Inside the package everything is `taskfleet.*`: a bare `workflows`/`activities` import would
+    collide with a user's own modules of that name."""
+    bare = ("workflows", "activities", "worker", "examples")
+    for package in ("taskfleet", "taskfleet.workflows", "taskfleet.activities"):
+        assert offending(package, bare) == [], package
+
+
+def test_the_checker_sees_a_violation(tmp_path: Path):
+    """The parser would catch a lazy import inside a function (so the tests above can fail)."""
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from taskfleet.cli.main import main\n    import taskfleet.plugin\n")
+    assert {"taskfleet.cli.main", "taskfleet.plugin"} <= imports_of(module)

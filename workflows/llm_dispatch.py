@@ -1,0 +1,47 @@
+"""The orchestrator's side of the Claude implementer: run one task as `LLMTaskWorkflow` (a child),
+and add its API accounting to the task's outcome and the run's stats."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.workflow import ChildWorkflowCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from taskfleet.core.llm_board_keys import ANTHROPIC
+    from taskfleet.core.llm_ids import llm_task_workflow_id
+    from taskfleet.core.models.llm import LLMTaskInput
+    from taskfleet.core.models.orchestrator import OrchestratorState, TaskInput, TaskOutcome, TaskResult
+    from taskfleet.core.names import LLM_TASK_WORKFLOW
+
+__all__ = ["ANTHROPIC", "add_llm_usage", "run_llm_task"]
+
+
+async def run_llm_task(task_input: TaskInput, summary: str) -> TaskResult:
+    """The same `TaskResult` as `taskfleet_run_task` (landing op id and commit included)."""
+    return await workflow.execute_child_workflow(
+        LLM_TASK_WORKFLOW,
+        LLMTaskInput(task_input=task_input),
+        id=llm_task_workflow_id(workflow.info().workflow_id, task_input.task.id),
+        result_type=TaskResult,
+        cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+        static_summary=summary,
+    )
+
+
+def add_llm_usage(state: OrchestratorState, outcome: TaskOutcome, result: TaskResult) -> None:
+    if not result.llm_requests:
+        return
+    outcome.llm_requests = result.llm_requests
+    outcome.llm_input_tokens = result.llm_input_tokens
+    outcome.llm_output_tokens = result.llm_output_tokens
+    outcome.llm_cache_read_tokens = result.llm_cache_read_tokens
+    outcome.llm_cost_usd = result.llm_cost_usd
+    stats = state.stats
+    new_batches = [b for b in result.llm_batch_ids if b not in state.llm_batch_ids]
+    state.llm_batch_ids.extend(new_batches)
+    stats.llm_api_calls += result.llm_direct_calls + len(new_batches)
+    stats.llm_requests += result.llm_requests
+    stats.llm_input_tokens += result.llm_input_tokens
+    stats.llm_output_tokens += result.llm_output_tokens
+    stats.llm_cache_read_tokens += result.llm_cache_read_tokens
+    stats.llm_cost_usd = round(stats.llm_cost_usd + result.llm_cost_usd, 6)
