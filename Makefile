@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/result_cache.py
 	$(PY) benchmarks/cancel.py
 	$(PY) benchmarks/llm_batching.py
+	$(PY) benchmarks/lock.py
 
 # Every benchmark at small sizes (seconds each); `make test` runs them too (tests/test_benchmarks.py).
 bench-quick: $(STAMP)
@@ -39,6 +40,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/git_batching.py --quick
 	$(PY) benchmarks/lessons.py --quick
 	$(PY) benchmarks/llm_batching.py --quick
+	$(PY) benchmarks/lock.py --quick
 	$(PY) benchmarks/result_cache.py --quick
 	$(PY) benchmarks/sdk_baseline.py --quick
 	$(PY) benchmarks/templates.py --quick

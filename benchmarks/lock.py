@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import emit, temporal_worker
+from common import emit, run, temporal_worker
 
 from taskfleet.activities.support.lease import LeaseLock
 from taskfleet.plugin import WORKFLOWS
@@ -171,4 +171,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main)

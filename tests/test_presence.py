@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from taskfleet.activities.support.presence import WorkerPresence
 from taskfleet.activities.support.shared_clone import registrations
-from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from tests.conftest import ROOT, GitRemoteFixture, eventually, git
+from tests.test_lease_lock import lock_only_worker
 
 
 @pytest.fixture
 async def lock_worker(client: Client, task_queue: str):
-    async with Worker(client, task_queue=task_queue, workflows=[LeaseLockWorkflow]):
+    async with lock_only_worker(client, task_queue):
         yield
 
 

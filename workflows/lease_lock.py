@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Optional
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.converter import value_to_type
 from temporalio.exceptions import ApplicationError
 
@@ -69,7 +70,9 @@ def _refused(err: Exception) -> ApplicationError:
     return ApplicationError(str(err), type="InvalidLeaseMessage", non_retryable=True)
 
 
-@workflow.defn(name=LEASE_LOCK_WORKFLOW)
+# Worker Versioning: AUTO_UPGRADE. A lock never ends (it continues as new), so pinned it would hold
+# its first version forever; all it carries across runs is data (LeaseLockState).
+@workflow.defn(name=LEASE_LOCK_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class LeaseLockWorkflow:
     @workflow.init
     def __init__(self, config: Any, state: Any = None) -> None:
