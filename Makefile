@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/cancel.py
 	$(PY) benchmarks/llm_batching.py
 	$(PY) benchmarks/scale.py
+	$(PY) benchmarks/lock.py
 
 # Every benchmark at small sizes (seconds each); `make test` runs them too (tests/test_benchmarks.py).
 bench-quick: $(STAMP)
@@ -40,6 +41,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/git_batching.py --quick
 	$(PY) benchmarks/lessons.py --quick
 	$(PY) benchmarks/llm_batching.py --quick
+	$(PY) benchmarks/lock.py --quick
 	$(PY) benchmarks/result_cache.py --quick
 	$(PY) benchmarks/scale.py --quick
 	$(PY) benchmarks/sdk_baseline.py --quick

@@ -20,6 +20,8 @@ from taskfleet.activities.services.template_cache import (
 )
 from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHeld, NotAClone
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
+from taskfleet.activities.support.fence import Fence
+from taskfleet.activities.support.lease import LeaseLock
 from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords
 from taskfleet.activities.support.git_async import Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
@@ -75,6 +77,13 @@ def state_inside(state_dir: Path, repo: str) -> bool:
     return state == root or root in state.parents
 
 
+def _clone_lease(folder: Path):
+    """The lease on a clone's claims folder, shared by every pod: one claimer at a time, writing
+    under a fencing token recorded beside the claims."""
+    lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30)
+    return lock.hold(fence=Fence(folder / ".fence"))
+
+
 class TaskActivities:
     def __init__(
         self,
@@ -87,7 +96,7 @@ class TaskActivities:
         self.lessons = lessons
         self.templates = templates
         self.results = results
-        self.worktrees = WorktreePool(settings.worktrees_dir)
+        self.worktrees = WorktreePool(settings.worktrees_dir, settings.pod_id)
         self.scratch = ScratchDirs(settings.scratch_dir)
         self.executors = ExecutorRecords(settings.state_dir / "executors")
         self.claims = BranchClaims()
@@ -117,7 +126,7 @@ class TaskActivities:
             return described.status == WorkflowExecutionStatus.RUNNING and info.first_run_id == first_run_id
 
         try:
-            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"))
+            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), _clone_lease)
         except (BranchesHeld, NotAClone) as err:
             raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
 

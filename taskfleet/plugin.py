@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Replayer, Worker, WorkerConfig, WorkflowReplayResult, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -25,14 +25,16 @@ from taskfleet.activities.board_store import BoardStoreActivities
 from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
-from taskfleet.activities.services.lessons_index import LessonsIndex
+from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.task_group import TaskGroupActivities
+from taskfleet.activities.support.presence import WorkerPresence
 from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
+from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
 from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
 from taskfleet.workflows.llm_task import LLMTaskWorkflow
@@ -41,7 +43,9 @@ from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 log = logging.getLogger("taskfleet.plugin")
 
 WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
-                         LLMTaskWorkflow]
+                         LLMTaskWorkflow, LeaseLockWorkflow]
+# How often a worker drops the worktree registrations of dead workers (their presence lease expired).
+SWEEP_SECONDS = 10.0
 
 # Modules a user's sandboxed workflow may import (directly, or through `from taskfleet import
 # TaskfleetPlugin` at the top of its module) without the sandbox re-importing them: GitPython runs
@@ -58,7 +62,7 @@ class WorkerServices:
 
     def __init__(self, settings: TaskfleetSettings) -> None:
         self.settings = settings
-        self.lessons = LessonsIndex(settings.lessons_path)
+        self.lessons = lessons_index_for(settings)  # journals in a shared folder, or one file
         self.templates = TemplateCache(settings.templates_dir)
         self.result_cache = ResultCache(settings.result_cache_path, settings.result_cache_memory_bytes)
         self.git = GitPushActivities()
@@ -110,15 +114,45 @@ class WorkerServices:
         self.result_cache.close()
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    async def running(self, client: Client | None = None, task_queue: str = "") -> AsyncIterator[None]:
         await self.start()
+        presence = keeper = None
+        if client is not None:
+            # The presence lease is taken once the worker polls (this worker may be the only one
+            # running the lock workflow); tasks wait for it before registering worktrees.
+            presence = WorkerPresence(client, task_queue, self.settings.pod_id)
+            self.tasks.worktrees.presence = presence
+            keeper = asyncio.create_task(self._keep_presence(presence), name="taskfleet presence")
         try:
             yield
         finally:
             try:
                 await self.tasks.stop()  # drain the worktree pool
             finally:
+                if keeper is not None:
+                    keeper.cancel()
+                    await asyncio.gather(keeper, return_exceptions=True)
+                if presence is not None:
+                    await presence.stop()
                 self.stop()
+
+    async def _keep_presence(self, presence: WorkerPresence) -> None:
+        """Hold this worker's presence lease, and drop dead workers' worktrees now and then."""
+        try:
+            await presence.start()
+        except Exception as err:  # noqa: BLE001 - tasks then wait and fail with the reason
+            log.error("could not take this worker's presence lease: %s", err)
+            return
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                await presence.ensure()
+                removed = await self.tasks.worktrees.sweep()
+            except Exception as err:  # noqa: BLE001 - housekeeping: the next round tries again
+                log.warning("sweep of dead workers' worktrees failed: %s", err)
+                continue
+            if removed:
+                log.warning("removed %d worktree registration(s) of gone workers", len(removed))
 
 
 def _appending(extra: Callable[[], Sequence[Any]]) -> Callable[[Sequence[Any] | None], list[Any]]:
@@ -179,7 +213,7 @@ class TaskfleetPlugin(SimplePlugin):
         notice = await ensure_search_attributes(worker.client)
         if notice:
             log.warning("%s", notice)
-        async with self.services.running():
+        async with self.services.running(worker.client, worker.task_queue):
             await next(worker)
 
     def run_replayer(

@@ -24,6 +24,8 @@ EXPECTED = {
     "git_batcher_after_continue_as_new",
     "orchestrator_nine_tasks",
     "orchestrator_continue_as_new",
+    "lease_lock_fifo",
+    "lease_lock_after_continue_as_new",
 }
 
 

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import IO
 
 from taskfleet.activities.support.executor import _exited
+from taskfleet.activities.support.shared_clone import is_lock_contention, retry_delays
 
 Heartbeat = Callable[[], None]
+LOCK_RETRY_SECONDS = 60.0
 
 # No automatic gc or maintenance from our git calls (they run in parallel on one clone), and never
 # a password prompt on the worker's terminal.
@@ -72,7 +74,27 @@ def _read_all(fd: int) -> str:
 async def git_run(
     cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
 ) -> GitRun:
-    """Run `git args...` in `cwd`; its exit code and output, whatever the code."""
+    """Run `git args...` in `cwd`; its exit code and output, whatever the code.
+
+    When git fails only because another process (another pod, on a shared clone) holds one of its
+    lock files (`index.lock`, `config.lock`, `packed-refs.lock`, a ref's), the command is run
+    again with jittered backoff for up to a minute: contention, never a task failure.
+    """
+    delays = retry_delays(LOCK_RETRY_SECONDS)
+    while True:
+        ran = await _git_once(cwd, *args, env=env, heartbeat=heartbeat)
+        if ran.code == 0 or not is_lock_contention(ran.err):
+            return ran
+        wait = next(delays, None)
+        if wait is None:
+            return ran
+        heartbeat()
+        await asyncio.sleep(wait)
+
+
+async def _git_once(
+    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
+) -> GitRun:
     out, err = _memfile("git-out"), _memfile("git-err")
     try:
         proc = subprocess.Popen(  # noqa: ASYNC220 - spawned here, waited for through a pidfd below

@@ -7,10 +7,16 @@ the files that differ; after the task, the slot is scrubbed (`reset --hard`, `cl
 task's critical path and goes back on the free list. New slots are added (and old ones removed)
 under a per-clone lock that tasks wait for on the event loop, heartbeating.
 
-Slots are named `w-<random>` (never a task id, so no two tasks share one whatever their ids) and
-each holds a lock file for as long as its worker owns it. At worker start, slots whose lock nobody
-holds are leftovers of a crashed worker: removed. At worker stop the pool is drained and every slot
-removed, so no worktree stays registered in the clone. Branches are always kept.
+Slots are named `w-<pod>-<random>` (never a task id, so no two tasks share one whatever their ids,
+and no two pods sharing the clone either) and each holds a lock file for as long as its worker owns
+it. At worker start, slots whose lock nobody holds are leftovers of a crashed worker: removed. At
+worker stop the pool is drained and every slot removed, so no worktree stays registered in the clone.
+Branches are always kept.
+
+On a clone shared by pods (activities/support/shared_clone.py) every slot is registered locked,
+owned by this pod and its worker's presence lease: `git worktree prune` (ours never runs it) and gc
+leave it alone, and this pool drops only registrations it owns. A crashed worker's registrations
+are dropped by whoever takes its expired presence lease (`sweep`).
 """
 
 from __future__ import annotations
@@ -41,8 +47,11 @@ from taskfleet.activities.support.git_async import (
     try_flock,
 )
 from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
+from taskfleet.activities.support.presence import WorkerPresence
+from taskfleet.activities.support.shared_clone import forget_registrations, owner_reason, registrations
 
 from taskfleet.core.ids import slug
+from taskfleet.core.pod import pod_id
 
 TASK_TRAILER = "Taskfleet-Task"
 RUN_TRAILER = "Taskfleet-Run"
@@ -54,6 +63,7 @@ class Slot:
     path: Path
     clone: str  # the clone's absolute path
     lock: IO[bytes]
+    lease: str = ""  # the presence key it was registered under
 
 
 @dataclass
@@ -92,8 +102,12 @@ def resolve(repo_path: str, branch: str, remote: str | None, required: bool = Tr
 
 
 class WorktreePool:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pod: str | None = None) -> None:
         self.root = root
+        self.pod = pod or pod_id()
+        # Set by the worker once it has a client (the plugin's run context): leases, sweeps.
+        self.presence: WorkerPresence | None = None
+        self._swept: set[str] = set()
         self._locks = FileLocks()
         self._clones: dict[str, _Clone] = {}
         self._cleanups: set[asyncio.Task] = set()
@@ -115,7 +129,14 @@ class WorktreePool:
         """A checkout of `base_commit` on `branch` (created or reset there), used by no one else."""
         started = time.monotonic()
         clone = self._clones.setdefault(os.path.abspath(repo_path), _Clone())
+        if self.presence is not None:
+            await self.presence.wait_ready()
+            await self.presence.ensure()
+            self._sweep_soon(os.path.abspath(repo_path))
         slot = clone.free.pop() if clone.free else None
+        while slot is not None and slot.lease != self._lease():  # registered under a lost lease
+            await asyncio.shield(self._discard(slot))
+            slot = clone.free.pop() if clone.free else None
         new = slot is None
         if slot is None:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
@@ -153,6 +174,7 @@ class WorktreePool:
             folder = self.repo_dir(clone_path)
             trash = folder / ".trash"
             trash.mkdir(parents=True, exist_ok=True)
+            paths = [slot.path for slot in clone.owned]
             for slot in list(clone.owned):
                 try:
                     slot.path.rename(trash / slot.name)
@@ -163,8 +185,8 @@ class WorktreePool:
             clone.owned.clear()
             clone.free.clear()
             handle = await self._locks.acquire(folder / ".lock")
-            try:
-                await git_run(clone_path, "worktree", "prune")
+            try:  # only our registrations: `git worktree prune` would take other pods' too
+                await asyncio.to_thread(forget_registrations, clone_path, paths, self.pod)
             finally:
                 self._locks.release(folder / ".lock", handle)
             trash_dirs.append(trash)
@@ -172,6 +194,41 @@ class WorktreePool:
 
     def slots(self) -> int:
         return sum(len(c.owned) for c in self._clones.values())
+
+    # --- a clone shared by pods -----------------------------------------------------------------
+
+    def _lease(self) -> str:
+        return self.presence.key if self.presence is not None else ""
+
+    def _owner_args(self) -> tuple[str, ...]:
+        return ("--lock", "--reason", owner_reason(self.pod, self._lease()))
+
+    def _sweep_soon(self, clone_path: str) -> None:
+        """First use of a clone by this worker: drop dead workers' registrations, off the task's time."""
+        if clone_path in self._swept:
+            return
+        self._swept.add(clone_path)
+        task = asyncio.get_running_loop().create_task(self._sweep(clone_path))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def _sweep(self, clone_path: str) -> list[Path]:
+        if self.presence is None or not os.path.isdir(clone_path):
+            return []
+        try:
+            return await self.presence.sweep(clone_path)
+        except Exception as err:  # noqa: BLE001 - a sweep is housekeeping: the next one tries again
+            import logging
+
+            logging.getLogger("taskfleet.worktrees").warning("sweep of %s failed: %s", clone_path, err)
+            return []
+
+    async def sweep(self) -> list[Path]:
+        """Drop the registrations of dead workers in every clone this worker has used."""
+        removed: list[Path] = []
+        for clone_path in list(self._clones):
+            removed += await self._sweep(clone_path)
+        return removed
 
     # --- slots -------------------------------------------------------------------------------
 
@@ -183,17 +240,17 @@ class WorktreePool:
         try:
             (folder / "REPO").write_text(os.path.abspath(repo_path))
             while True:
-                name = f"w-{secrets.token_hex(4)}"
+                name = f"w-{slug(self.pod, 40)}-{secrets.token_hex(4)}"
                 if not (folder / name).exists() and not (folder / f"{name}.lock").exists():
                     break
             lock = try_flock(folder / f"{name}.lock")
             assert lock is not None, "a fresh lock file is always free"
-            slot = Slot(name, folder / name, os.path.abspath(repo_path), lock)
+            slot = Slot(name, folder / name, os.path.abspath(repo_path), lock, self._lease())
             try:
                 # Only the registration under the clone's lock; the checkout itself (seconds on a
                 # large tree) runs after, in parallel with other tasks' checkouts.
-                await git(repo_path, "worktree", "add", "-q", "--no-checkout", "--detach", "-f", str(slot.path),
-                          base_commit, heartbeat=heartbeat)
+                await git(repo_path, "worktree", "add", "-q", "--no-checkout", "--detach", "-f",
+                          *self._owner_args(), str(slot.path), base_commit, heartbeat=heartbeat)
             except BaseException:
                 release(lock)
                 (folder / f"{name}.lock").unlink(missing_ok=True)
@@ -229,9 +286,9 @@ class WorktreePool:
         handle = await self._locks.acquire(lock_path)
         try:
             ran = await git_run(slot.clone, "worktree", "remove", "--force", "--force", str(slot.path))
-            if ran.code != 0:
+            if ran.code != 0:  # never `git worktree prune`: it would take other pods' registrations
                 shutil.rmtree(slot.path, ignore_errors=True)
-                await git_run(slot.clone, "worktree", "prune")
+                await asyncio.to_thread(forget_registrations, slot.clone, [slot.path], self.pod)
         finally:
             self._locks.release(lock_path, handle)
             release(slot.lock)
@@ -284,6 +341,10 @@ class WorktreePool:
                 if name in locks:
                     locks[name].unlink(missing_ok=True)
         if os.path.isdir(repo_path):
-            subprocess.run(["git", "worktree", "prune"], cwd=repo_path, capture_output=True, check=False,
-                           env={**os.environ, **GIT_ENV})
+            # Registrations of this folder's slots that no live process of this pod holds (only
+            # ours: `git worktree prune` would take other pods' registrations too).
+            live = {name for name, lock in locks.items() if lock.exists()}
+            dead = [reg.path for reg in registrations(repo_path)
+                    if reg.path.parent == folder and reg.path.name not in live]
+            forget_registrations(repo_path, dead, self.pod)
         return removed

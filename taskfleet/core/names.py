@@ -35,6 +35,15 @@ SIGNAL_LLM_FLUSH = "flush"
 SIGNAL_LLM_REPLY = "llm_reply"  # to the LLMTaskWorkflow that submitted: its result
 QUERY_LLM_STATUS = "status"
 
+# --- LeaseLockWorkflow (one per guarded resource) ---------------------------------------------
+LEASE_LOCK_WORKFLOW = "LeaseLockWorkflow"
+UPDATE_ACQUIRE = "acquire"
+UPDATE_RENEW = "renew"
+UPDATE_RELEASE = "release"
+SIGNAL_RENEW_LEASE = "renew_lease"  # fire-and-forget twins of the updates, for callers that cannot wait
+SIGNAL_RELEASE_LEASE = "release_lease"
+QUERY_HOLDERS = "holders"
+
 # --- activities (internal; prefixed so they cannot collide) -------------------------------------
 ACTIVITY_RUN_TASK = "taskfleet_run_task"
 ACTIVITY_PUSH_BATCH = "taskfleet_push_batch"

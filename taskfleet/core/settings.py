@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from taskfleet.core.pod import pod_id
+
 
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
@@ -30,6 +32,12 @@ class TaskfleetSettings:
     lessons_path: Path | None = field(default_factory=lambda: _env_path("TASKFLEET_LESSONS_PATH"))
     # Jinja2 templates compiled at start (env TASKFLEET_TEMPLATES_DIR; default: the shipped ones)
     templates_dir: Path | None = field(default_factory=lambda: _env_path("TASKFLEET_TEMPLATES_DIR"))
+    # Pods sharing a clone: a folder every pod sees, where each appends lessons to its own journal
+    # and reads all the others' (env TASKFLEET_LESSONS_DIR; unset: the one file `lessons_path`).
+    lessons_dir: Path | None = field(default_factory=lambda: _env_path("TASKFLEET_LESSONS_DIR"))
+    # This pod's name in shared places: journal file, worktree names and owners (env TASKFLEET_POD_ID;
+    # default the host name, which is the pod name in Kubernetes).
+    pod_id: str = field(default_factory=pod_id)
     # In-memory part of the activity result cache; the rest is SQLite under the state dir.
     result_cache_memory_bytes: int = 64 * 1024 * 1024
 
@@ -39,6 +47,8 @@ class TaskfleetSettings:
         # dir would scatter `.taskfleet/` folders into users' repositories.
         self.state_dir = _absolute(self.state_dir)
         self.lessons_path = _absolute(self.lessons_path) if self.lessons_path else self.state_dir / "lessons.jsonl"
+        if self.lessons_dir is not None:
+            self.lessons_dir = _absolute(self.lessons_dir)
         if self.templates_dir is not None:
             self.templates_dir = _absolute(self.templates_dir)
 

@@ -1,0 +1,326 @@
+"""Client side of `LeaseLockWorkflow`: `async with LeaseLock(...).hold() as lease:`.
+
+Lives under activities/ because activities take leases (they may not import taskfleet.clients); it
+needs only a `Client`: give one, or build it inside an activity with `LeaseLock.for_activity(...)`.
+
+`hold()` acquires with update-with-start (the lock workflow is started on first use), keeps asking
+while it is queued (each ask keeps its FIFO place), renews in the background every third of the
+lease, and releases in `finally`. Guarded code calls `lease.check()` before each step: it raises
+`LeaseLost` once the lock said the lease is gone (`lease.lost`), or while no renewal has got through
+for a whole lease (the lease may have ended; a late renewal the lock still accepts makes it good). With a `Fence`, `check()` also refuses a token lower than one already used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from temporalio import activity
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from taskfleet.activities.support.fence import Fence
+from taskfleet.core.errors import root_cause_message
+from taskfleet.core.lease_lock import lease_lock_workflow_id
+from taskfleet.core.models.lease_lock import (
+    DEFAULT_LEASE_SECONDS,
+    LEASE_GRANTED,
+    LEASE_LOST,
+    LEASE_REJECTED,
+    LEASE_WAITING,
+    AcquireRequest,
+    LeaseGrant,
+    LeaseLockConfig,
+    LeaseLockStatus,
+    LeaseRef,
+)
+from taskfleet.core.names import (
+    LEASE_LOCK_WORKFLOW,
+    QUERY_HOLDERS,
+    SIGNAL_RELEASE_LEASE,
+    UPDATE_ACQUIRE,
+    UPDATE_RELEASE,
+    UPDATE_RENEW,
+)
+from taskfleet.core.pod import pod_id
+
+log = logging.getLogger("taskfleet.lease")
+
+# Errors no retry mends: the request itself is wrong, or we may not make it.
+_FINAL_CODES = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED}
+
+
+class LeaseError(RuntimeError):
+    """The lock refused the request (bad input, too many waiters) or could not be reached in time."""
+
+
+class LeaseLost(RuntimeError):
+    """The lease ended while its holder still ran: stop acting on the resource."""
+
+
+@dataclass
+class Lease:
+    """A held lease: act under `token`; call `check()` before each guarded step."""
+
+    resource: str
+    holder: str
+    token: int
+    lease_seconds: float
+    grant: LeaseGrant
+    fence: Optional[Fence] = None
+    lost: str = ""  # why the lease is gone ("" while held)
+    # time.monotonic() by which the lease has surely ended unless a renewal got through
+    deadline: float = 0.0
+    renewals: int = field(default=0)
+
+    def check(self) -> None:
+        """Raise `LeaseLost` unless the lease surely still holds: not lost, within its deadline, and
+        (with a fence) no higher token has acted on the resource."""
+        if self.lost:
+            raise LeaseLost(f"lease on {self.resource} (token {self.token}) lost: {self.lost}")
+        if time.monotonic() >= self.deadline:
+            raise LeaseLost(
+                f"lease on {self.resource} (token {self.token}) may have ended: no renewal reached the lock "
+                f"within {self.lease_seconds:g} s"
+            )
+        if self.fence is not None:
+            self.fence.check(self.token)
+
+
+def default_holder() -> str:
+    """`<pod>/<pid>#<8 hex>`: who holds (readable in `holders`) and unique per acquisition."""
+    return f"{pod_id()}/{os.getpid()}#{uuid.uuid4().hex[:8]}"
+
+
+class LeaseLock:
+    """One resource's lock, as seen by one client."""
+
+    def __init__(
+        self,
+        client: Client,
+        resource: str,
+        *,
+        task_queue: str,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        wait_seconds: float = 5.0,
+        acquire_timeout: Optional[float] = None,
+        config: Optional[LeaseLockConfig] = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.task_queue = task_queue
+        self.lease_seconds = lease_seconds
+        self.wait_seconds = wait_seconds
+        self.acquire_timeout = acquire_timeout
+        self.config = config or LeaseLockConfig(resource=resource)
+        self.workflow_id = lease_lock_workflow_id(resource)
+
+    @classmethod
+    def for_activity(cls, resource: str, **kwargs: Any) -> LeaseLock:
+        """Inside an activity: its worker's client, and the lock workflow on its task queue."""
+        kwargs.setdefault("task_queue", activity.info().task_queue)
+        return cls(activity.client(), resource, **kwargs)
+
+    # --- the three calls ------------------------------------------------------------------------
+
+    async def acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Lease:
+        """Wait (FIFO) until granted. Raises `LeaseError` if refused or past `acquire_timeout`."""
+        holder = holder or default_holder()
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=self.wait_seconds)
+        give_up = None if self.acquire_timeout is None else time.monotonic() + self.acquire_timeout
+        try:
+            while True:
+                sent = time.monotonic()
+                grant = await self._call(self._acquire_once, request, give_up)
+                if grant.status == LEASE_GRANTED:
+                    lease = Lease(
+                        resource=self.resource, holder=holder, token=grant.token,
+                        lease_seconds=grant.lease_seconds, grant=grant, fence=fence,
+                        deadline=sent + grant.lease_seconds,
+                    )
+                    if fence is not None:
+                        await asyncio.to_thread(fence.admit, grant.token)
+                    return lease
+                if grant.status != LEASE_WAITING:
+                    raise LeaseError(f"lock {self.resource} refused {holder}: {grant.status} {grant.reason}".strip())
+                if give_up is not None and time.monotonic() >= give_up:
+                    raise LeaseError(f"lock {self.resource}: not granted to {holder} within {self.acquire_timeout:g} s")
+        except BaseException:
+            # Gave up (timeout, cancelled, refused): leave the queue, or give back a late grant.
+            await self._abandon(holder)
+            raise
+
+    async def try_acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Optional[Lease]:
+        """The lease if it is free right now (nobody holds it, nobody waits), else None at once."""
+        holder = holder or default_holder()
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0)
+        give_up = time.monotonic() + (self.acquire_timeout or 30.0)
+        sent = time.monotonic()
+        grant = await self._call(self._acquire_once, request, give_up)
+        if grant.status == LEASE_GRANTED:
+            lease = Lease(
+                resource=self.resource, holder=holder, token=grant.token, lease_seconds=grant.lease_seconds,
+                grant=grant, fence=fence, deadline=sent + grant.lease_seconds,
+            )
+            if fence is not None:
+                await asyncio.to_thread(fence.admit, grant.token)
+            return lease
+        if grant.status == LEASE_WAITING:
+            await self._call(
+                lambda ref: self._handle().execute_update(UPDATE_RELEASE, ref, result_type=LeaseGrant),
+                LeaseRef(holder, 0), give_up,
+            )
+            return None
+        raise LeaseError(f"lock {self.resource} refused {holder}: {grant.status} {grant.reason}".strip())
+
+    async def renew(self, lease: Lease) -> LeaseGrant:
+        """One renewal; sets `lease.lost` when the lock says the lease is gone."""
+        sent = time.monotonic()
+        grant: LeaseGrant = await self._handle().execute_update(
+            UPDATE_RENEW, LeaseRef(lease.holder, lease.token), result_type=LeaseGrant,
+            rpc_timeout=timedelta(seconds=max(lease.lease_seconds, 1.0)),
+        )
+        if grant.status == LEASE_GRANTED:
+            lease.deadline = sent + grant.lease_seconds
+            lease.renewals += 1
+        elif not lease.lost:
+            lease.lost = grant.reason or grant.status
+        return grant
+
+    async def release(self, lease: Lease, wait: bool = True) -> None:
+        """Give the lease back (best effort: an unreachable lock lets it expire instead).
+
+        `wait=False` only sends the `release_lease` signal: for a worker that is stopping and so
+        may no longer run the lock workflow itself (another worker, or its next start, will).
+        """
+        ref = LeaseRef(lease.holder, lease.token)
+        if not wait:
+            try:
+                await asyncio.wait_for(self._handle().signal(SIGNAL_RELEASE_LEASE, ref), 5)
+            except Exception as err:  # noqa: BLE001 - the lease then expires
+                log.warning("could not release %s (token %d); it expires in %g s: %s",
+                            self.resource, lease.token, lease.lease_seconds, root_cause_message(err))
+            return
+        try:
+            await asyncio.wait_for(self._handle().execute_update(UPDATE_RELEASE, ref, result_type=LeaseGrant), 10)
+        except BaseException as err:  # noqa: BLE001 - fall back to a signal, then to expiry
+            try:
+                await asyncio.wait_for(self._handle().signal(SIGNAL_RELEASE_LEASE, ref), 5)
+            except BaseException:  # noqa: BLE001
+                log.warning("could not release %s (token %d); it expires in %g s: %s",
+                            self.resource, lease.token, lease.lease_seconds, root_cause_message(err))
+            if isinstance(err, asyncio.CancelledError):
+                raise
+
+    async def holders(self) -> LeaseLockStatus:
+        return await self._handle().query(QUERY_HOLDERS, result_type=LeaseLockStatus)
+
+    @asynccontextmanager
+    async def hold(
+        self, holder: Optional[str] = None, fence: Optional[Fence] = None, wait_release: bool = True
+    ) -> AsyncIterator[Lease]:
+        """Acquire, renew in the background, release in `finally`."""
+        lease = await self.acquire(holder, fence)
+        renewing = asyncio.create_task(self._keep_renewed(lease), name=f"renew {self.resource}")
+        try:
+            yield lease
+        finally:
+            renewing.cancel()
+            try:
+                await renewing
+            except BaseException:  # noqa: BLE001 - the renewal task's end is not the caller's error
+                pass
+            await self.release(lease, wait=wait_release)
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _handle(self):
+        return self.client.get_workflow_handle(self.workflow_id)
+
+    async def _acquire_once(self, request: AcquireRequest) -> LeaseGrant:
+        start = WithStartWorkflowOperation(
+            LEASE_LOCK_WORKFLOW,
+            self.config,
+            id=self.workflow_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"lock {self.resource}"[:200],
+        )
+        try:
+            return await self.client.execute_update_with_start_workflow(
+                UPDATE_ACQUIRE, request, start_workflow_operation=start, result_type=LeaseGrant
+            )
+        except BaseException:
+            try:  # the operation's own future holds the same error: read it, so it is not logged as lost
+                await asyncio.wait_for(start.workflow_handle(), 0.01)
+            except BaseException:  # noqa: BLE001
+                pass
+            raise
+
+    async def _call(self, fn, request, give_up: Optional[float]) -> LeaseGrant:
+        """`fn(request)`, retrying what the network or a continue-as-new gap causes."""
+        delay = 0.05
+        while True:
+            try:
+                return await fn(request)
+            except WorkflowUpdateFailedError as err:
+                raise LeaseError(f"lock {self.resource}: {root_cause_message(err)}") from None
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                if isinstance(err, RPCError) and err.status in _FINAL_CODES:
+                    raise LeaseError(f"lock {self.resource}: {err.message}") from None
+                if give_up is not None and time.monotonic() >= give_up:
+                    raise LeaseError(f"lock {self.resource} unreachable: {root_cause_message(err)}") from None
+                log.info("lock %s: retrying after %s", self.resource, root_cause_message(err))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _keep_renewed(self, lease: Lease) -> None:
+        """Renew every third of the lease. Failures are retried for as long as the lease is held:
+        `check()` refuses once the lease may have ended (its own deadline), and a late renewal that
+        the lock still accepts makes it good again. Only the lock saying `lost` ends the lease."""
+        period = max(lease.lease_seconds / 3, 0.1)
+        failing = False
+        while not lease.lost:
+            await asyncio.sleep(period)
+            try:
+                grant = await self.renew(lease)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # noqa: BLE001 - retried; check() guards the meantime
+                if not failing:
+                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
+                                root_cause_message(err))
+                failing = True
+                period = min(max(lease.lease_seconds / 10, 0.1), 1.0)
+                continue
+            failing = False
+            if grant.status == LEASE_LOST:
+                log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)
+                return
+            if grant.status == LEASE_REJECTED:
+                lease.lost = grant.reason
+                return
+            period = max(lease.lease_seconds / 3, 0.1)
+
+    async def _abandon(self, holder: str) -> None:
+        """Leave the queue (token 0), or release a lease granted after we stopped waiting."""
+        try:
+            status = await asyncio.wait_for(self.holders(), 5)
+            ref = LeaseRef(holder, status.holder.token if status.holder and status.holder.holder == holder else 0)
+            await asyncio.wait_for(self._handle().signal(SIGNAL_RELEASE_LEASE, ref), 5)
+        except BaseException:  # noqa: BLE001 - the queue drops a waiter that stops asking anyway
+            pass
