@@ -349,3 +349,20 @@ async def test_a_prompt_of_any_size_reaches_the_executor_by_file(client, make_wo
     async with make_worker():
         result = await (await start_board(client, b, str(git_remote.clone), task_queue=task_queue)).result()
     assert result.tasks[0].status == "succeeded", result.tasks[0]
+
+
+async def test_a_reused_slot_starts_each_task_from_a_clean_base(client, make_worker, task_queue, git_remote):
+    """One slot, three tasks in turn: the 2nd and 3rd only move their branch onto the scrubbed slot
+    (no checkout), and still see none of the task before them."""
+    only_mine = CHECK + ' && test "$(ls out)" = "$TASKFLEET_TASK_ID.txt" && test "$(git rev-parse HEAD^0)" = "$(git rev-parse main)"'
+    b = board(["S1", "S2", "S3"], verify=only_mine, max_parallel=1)
+    base = git(git_remote.clone, "rev-parse", "main")
+    async with make_worker():
+        result = await (await start_board(client, b, str(git_remote.clone), task_queue=task_queue,
+                                          git_max_batch_age_seconds=0.2)).result()
+    assert [t.status for t in result.tasks] == ["succeeded"] * 3, [(t.id, t.reason) for t in result.tasks]
+    for task in result.tasks:
+        assert task.landed, task
+        assert git(git_remote.remote, "rev-parse", f"{task.commit}^") == base
+        assert {f for f in files_of(git_remote.remote, task.commit) if f.startswith("out/")} == {f"out/{task.id}.txt"}
+    assert registered_worktrees(git_remote.clone) == [str(git_remote.clone)]

@@ -64,6 +64,7 @@ class Slot:
     clone: str  # the clone's absolute path
     lock: IO[bytes]
     lease: str = ""  # the presence key it was registered under
+    head: str = ""  # the commit its clean checkout is at (set when it goes back on the free list)
 
 
 @dataclass
@@ -133,15 +134,24 @@ class WorktreePool:
             await self.presence.wait_ready()
             await self.presence.ensure()
             self._sweep_soon(os.path.abspath(repo_path))
-        slot = clone.free.pop() if clone.free else None
+        slot = self._pop_free(clone, base_commit)
         while slot is not None and slot.lease != self._lease():  # registered under a lost lease
             await asyncio.shield(self._discard(slot))
-            slot = clone.free.pop() if clone.free else None
+            slot = self._pop_free(clone, base_commit)
         new = slot is None
         if slot is None:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
             clone.owned.add(slot)
+        head, slot.head = slot.head, ""
         try:
+            if head == base_commit:
+                # Already a clean checkout of the base (scrubbed there off the task's time): only
+                # the branch moves. No file is touched and the index is not refreshed, so set-up
+                # costs two small git commands whatever the size of the tree.
+                await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
+                          base_commit, heartbeat=heartbeat)
+                await git(slot.path, "symbolic-ref", "HEAD", f"refs/heads/{branch}", heartbeat=heartbeat)
+                return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             args = ("checkout", "-q", "--ignore-other-worktrees", "-B", branch, base_commit)
             ran = await git_run(slot.path, *args, heartbeat=heartbeat)
             if ran.code != 0:  # local changes in the way: scrub and force
@@ -154,7 +164,7 @@ class WorktreePool:
 
     def give_back(self, worktree: Worktree) -> None:
         """Scrub the slot in the background (off the task's time) and put it back on the free list."""
-        task = asyncio.get_running_loop().create_task(self._recycle(worktree.slot))
+        task = asyncio.get_running_loop().create_task(self._recycle(worktree.slot, worktree.base_commit))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
@@ -262,20 +272,33 @@ class WorktreePool:
         except BaseException:
             await asyncio.shield(self._discard(slot))
             raise
+        slot.head = base_commit
         return slot
 
-    async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing) -> None:
+    async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing, commit: str = "") -> None:
+        """A clean checkout, detached at `commit` (default: where it is); the task branch is kept."""
         await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
-        await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
+        await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat)
         await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat)
 
-    async def _recycle(self, slot: Slot) -> None:
+    async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
+        """Back to a clean checkout of the base the task started from: the next task on that base
+        (most of a board's) then only moves its branch (`take`)."""
         try:
-            await self._scrub(slot)
+            await self._scrub(slot, commit=base_commit)
         except (GitError, OSError):
             await self._discard(slot)
             return
+        slot.head = base_commit
         self._clones.setdefault(slot.clone, _Clone()).free.append(slot)
+
+    @staticmethod
+    def _pop_free(clone: _Clone, base_commit: str) -> Slot | None:
+        """A free slot, one already at `base_commit` first."""
+        for i in range(len(clone.free) - 1, -1, -1):
+            if clone.free[i].head == base_commit:
+                return clone.free.pop(i)
+        return clone.free.pop() if clone.free else None
 
     async def _discard(self, slot: Slot) -> None:
         clone = self._clones.get(slot.clone)
