@@ -15,6 +15,7 @@ import ctypes
 import functools
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,12 +141,39 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return hook
 
 
+@functools.cache
+def _setpriv() -> str | None:
+    """util-linux `setpriv`, which sets PR_SET_PDEATHSIG and execs the command.
+
+    Preferred to a `preexec_fn`: with one, Python cannot vfork and runs Python code in the child
+    before exec (~8 ms of the worker's event loop per command, measured); `setpriv` keeps vfork. Its
+    window between fork and prctl (a worker killed in that instant) is closed by the executor
+    records, which kill a dead worker's process groups at the next start."""
+    if not sys.platform.startswith("linux") or os.environ.get("TASKFLEET_NO_SETPRIV"):
+        return None
+    return shutil.which("setpriv")
+
+
+def _runnable(program: str, cwd: Path, env: dict[str, str]) -> bool:
+    if "/" in program:
+        path = program if os.path.isabs(program) else os.path.join(cwd, program)
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+
+
 def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO) -> subprocess.Popen:
     options = dict(
         cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=_die_with_parent_hook(),
+        start_new_session=True,
     )
     argv = direct_argv(command)
+    setpriv = _setpriv()
+    if setpriv is not None:
+        wrapper = [setpriv, "--pdeathsig", "KILL", "--"]
+        if argv is None or not _runnable(argv[0], cwd, env):
+            argv = ["sh", "-c", command]  # not found, not executable: `sh` says so, exit 127/126
+        return subprocess.Popen(wrapper + argv, **options)
+    options["preexec_fn"] = _die_with_parent_hook()
     if argv is not None:
         try:
             return subprocess.Popen(argv, **options)
