@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/sdk_baseline.py
 	$(PY) benchmarks/lessons.py
 	$(PY) benchmarks/templates.py
+	$(PY) benchmarks/worktrees.py
 	$(PY) benchmarks/result_cache.py
 	$(PY) benchmarks/cancel.py
 	$(PY) benchmarks/llm_batching.py
@@ -46,6 +47,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/scale.py --quick
 	$(PY) benchmarks/sdk_baseline.py --quick
 	$(PY) benchmarks/templates.py --quick
+	$(PY) benchmarks/worktrees.py --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --select F,E9 .
