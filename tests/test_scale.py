@@ -13,23 +13,31 @@ from taskfleet.clients.board_store import store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
 from taskfleet.scale_harness import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
+from tests.conftest import WorkerProcess
 
 TASKS = 20_000
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)
 async def test_20000_tasks_run_with_every_payload_small_and_a_bad_task_on_page_7_fails_alone(
-    client, make_worker, task_queue, git_remote, tmp_path
+    client, server_address, task_queue, git_remote, tmp_path
 ):
     clean = store_board_file(write_noop_board(tmp_path / "clean.toml", TASKS), str(git_remote.clone)).reference
     BAD = page_starts(str(git_remote.clone), clean.board_id, 7)[6] + 17  # a task on page 7 of the run's pages
     path = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=200, bad_rows={BAD: "run = 5"})
     stored = store_board_file(path, str(git_remote.clone))
-    async with make_worker(max_concurrent_activities=200):
+    # The worker as users run it, in its own process (not sharing this test's event loop).
+    worker = WorkerProcess("--address", server_address, "--task-queue", task_queue, "--state-dir",
+                           str(tmp_path / "worker-state"), "--max-concurrent-activities", "200",
+                           log=tmp_path / "worker.log")
+    try:
+        await worker.wait_started()
         handle = await start_board(client, stored, str(git_remote.clone), task_queue=task_queue,
                                    max_history_events=1000)
         result = await handle.result()
         status = await progress(handle)
+    finally:
+        worker.kill_group()
     assert result.counts["succeeded"] == TASKS - 1 and result.counts["failed"] == 1, result.counts
     assert result.failed_ids == [f"n{BAD}"]
     assert result.recorded == TASKS and result.tasks == []  # too many for the result: they are in the store
