@@ -134,7 +134,8 @@ async def test_status_json_of_a_running_run_has_the_failed_tasks_reason(
             assert shown.returncode == 0, shown.stderr
             status = json.loads(shown.stdout)
             assert status["status"] == "RUNNING"
-            r1 = next(t for t in status["tasks"] if t["id"] == "R1")
+            r1 = next((t for t in status["tasks"] if t["id"] == "R1"), None)
+            assert r1 is not None, status["tasks"]
             assert r1["status"] == "failed" and "exited with 4" in r1["reason"], r1
 
         await eventually(failed_with_reason, timeout=60)

@@ -70,6 +70,17 @@ def write_result_json(out: TextIO, result: OrchestratorResult) -> int:
     return write_json_with_tasks(out, {}, run_outcomes(result.repo, result.run_ref), data)
 
 
+def _with_recent(stored: Iterator[dict[str, Any]], recent: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every stored outcome, then the recently finished tasks (from `progress`, at most a few
+    dozen) that the workflow has not written to the store yet: a running run's fresh failure shows
+    at once, with its reason."""
+    unseen = {t["id"]: t for t in recent}
+    for outcome in stored:
+        unseen.pop(outcome.get("id"), None)
+        yield outcome
+    yield from unseen.values()
+
+
 def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
                       result: OrchestratorResult | None = None) -> int:
     """`status --json`: state and progress; `tasks` every outcome in the run store (a running run:
@@ -84,6 +95,8 @@ def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
         )
     else:
         finished = run_outcomes(progress.repo, progress.run_ref)
+        if result is None:  # running: the store, then the finished tasks not yet written there, then those in flight
+            finished = _with_recent(finished, [asdict(t) for t in progress.tasks if t.status not in ("pending", "running")])
         in_flight = (asdict(t) for t in progress.tasks if t.status in ("pending", "running")) if result is None else iter(())
         tasks = itertools.chain(finished, in_flight)
     return write_json_with_tasks(out, head, tasks, tail)
