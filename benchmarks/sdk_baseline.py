@@ -42,13 +42,20 @@ async def _two_processes(seconds: float, cwd: str | None = None) -> None:
         await proc.wait()
 
 
-async def _git(repo: str, *args: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        "git", "-C", repo, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
-    )
-    _, err = await proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"git {' '.join(args)}: {err.decode(errors='replace').strip()}")
+async def _git(repo: str, *args: str, tries: int = 20) -> None:
+    """Concurrent `git worktree add/remove` in one clone trip on each other's half-written entries
+    (`failed to read .git/worktrees/<x>/commondir`) or lock files: retried, as any user would."""
+    for attempt in range(tries):
+        proc = await asyncio.create_subprocess_exec(
+            "git", "-C", repo, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await proc.communicate()
+        if not proc.returncode:
+            return
+        message = err.decode(errors="replace").strip()
+        if attempt + 1 == tries or not any(m in message for m in ("failed to read", ".lock", "already registered")):
+            raise RuntimeError(f"git {' '.join(args)}: {message}")
+        await asyncio.sleep(0.01 * (attempt + 1))
 
 
 @activity.defn
