@@ -26,6 +26,7 @@ from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, Execut
 from taskfleet.activities.support.git_async import Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
+from taskfleet.activities.support.worktree_refs import RefWriteRefused, head_branch
 from taskfleet.activities.support.worktrees import (
     RUN_TRAILER,
     TASK_TRAILER,
@@ -60,6 +61,7 @@ from taskfleet.core.settings import TaskfleetSettings
 PROMPT_LESSONS = 10
 # A prompt up to this size also reaches the executor in TASKFLEET_PROMPT; any size by file.
 PROMPT_IN_ENV_BYTES = 32 * 1024
+TREE_CACHE_ENTRIES = 4096
 
 
 def task_file_stem(task_id: str) -> str:
@@ -100,6 +102,7 @@ class TaskActivities:
         self.scratch = ScratchDirs(settings.scratch_dir)
         self.executors = ExecutorRecords(settings.state_dir / "executors")
         self.claims = BranchClaims()
+        self._trees: dict[tuple[str, str], str] = {}  # (clone, commit) -> its tree
 
     def prune_stale(self) -> list[Path]:
         """At worker start: kill a crashed worker's executors, then remove its worktrees."""
@@ -164,7 +167,10 @@ class TaskActivities:
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         try:
             base_commit = resolve(params.repo, params.base, params.remote)
-            resumed = await self.worktrees.resumable(params.repo, task.branch, base_commit, task.id, params.run_key)
+            # Only a retry can find its own commit: attempt 1 of a run's task has made none yet.
+            resumed = "" if info.attempt == 1 else await self.worktrees.resumable(
+                params.repo, task.branch, base_commit, task.id, params.run_key
+            )
         except OpFailed as err:
             raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
         if resumed:
@@ -190,7 +196,7 @@ class TaskActivities:
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         key = cache_key(
             activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
-            base_tree=await git(params.repo, "rev-parse", f"{worktree.base_commit}^{{tree}}"),
+            base_tree=await self._tree_of(params.repo, worktree.base_commit),
         )
         cached = None if task.refresh else self.results.get(key)
         commit = await self._from_cache(cached, worktree, params) if cached is not None else ""
@@ -215,6 +221,17 @@ class TaskActivities:
             "verify_seconds": result.verify_seconds, "output_tail": result.output_tail,
         })
         await self._land(params, result)
+
+    async def _tree_of(self, repo: str, commit: str) -> str:
+        """A commit's tree id; a commit never changes its tree, so each is asked of git once."""
+        key = (os.path.abspath(repo), commit)
+        tree = self._trees.get(key)
+        if tree is None:
+            tree = await git(repo, "rev-parse", f"{commit}^{{tree}}")
+            if len(self._trees) >= TREE_CACHE_ENTRIES:
+                self._trees.pop(next(iter(self._trees)))
+            self._trees[key] = tree
+        return tree
 
     async def _from_cache(self, cached: dict, worktree: Worktree, params: TaskInput) -> str:
         """The cached result's commit on the task branch, on today's base; "" when unusable.
@@ -359,6 +376,14 @@ def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what
     return True
 
 
+def _on_branch_at(worktree: Path, branch: str, commit: str) -> bool:
+    """Whether the worktree's HEAD is the branch and the branch is at `commit` (read from files)."""
+    try:
+        return head_branch(worktree) == branch and resolve(str(worktree), branch, None, required=False) == commit
+    except (OSError, RefWriteRefused, OpFailed):
+        return False
+
+
 class CommitRefused(Exception):
     """The worktree cannot be committed as the task's work; the message says why, for a person."""
 
@@ -370,11 +395,26 @@ async def _commit(
     """Commit whatever the worktree holds onto the task's branch, wherever the executor left HEAD.
 
     Executors (agents) may commit, switch or create branches: the task's work is the worktree's
-    content, on top of the executor's own commits when they build on the base. The commit is made
-    with plumbing (write-tree, commit-tree) and the task branch set to it, so the branch that is
-    pushed always carries the task's work.
+    content, on top of the executor's own commits when they build on the base. When HEAD is still
+    the task branch at the base, `git commit` makes it in one process; otherwise the commit is made
+    with plumbing (write-tree, commit-tree) and the task branch set to it. Either way the branch
+    that is pushed carries the task's work.
     """
     await git(worktree, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: keep heartbeating
+    title = f"{task_id}: {scope}" if scope else task_id
+    message = ("-m", title[:200], "-m", f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}")
+    repo = Repo(worktree)
+    try:
+        env = commit_env(repo)
+    finally:
+        repo.close()
+    if _on_branch_at(worktree, branch, base_commit):
+        # The common case (the executor left HEAD on the task branch at the base): one `git commit`
+        # writes the tree, the commit and the branch. No hook runs (as with commit-tree) and the
+        # message is kept verbatim.
+        await git(worktree, "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "--allow-empty",
+                  "--cleanup=verbatim", *message, env=env, heartbeat=heartbeat)
+        return resolve(str(worktree), branch, None)
     tree = await git(worktree, "write-tree", heartbeat=heartbeat)
     head = (await git_run(worktree, "rev-parse", "--verify", "-q", "HEAD^{commit}")).out.strip()
     parent = base_commit
@@ -386,15 +426,6 @@ async def _commit(
                 f"{base_commit[:12]}; nothing was committed on {branch}"
             )
         parent = head  # keep the executor's own commits
-    title = f"{task_id}: {scope}" if scope else task_id
-    repo = Repo(worktree)
-    try:
-        env = commit_env(repo)
-    finally:
-        repo.close()
-    commit = await git(
-        worktree, "commit-tree", tree, "-p", parent, "-m", title[:200],
-        "-m", f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}", env=env,
-    )
+    commit = await git(worktree, "commit-tree", tree, "-p", parent, *message, env=env)
     await git(worktree, "update-ref", "-m", f"taskfleet: {task_id}", f"refs/heads/{branch}", commit)
     return commit

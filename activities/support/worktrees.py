@@ -49,6 +49,7 @@ from taskfleet.activities.support.git_async import (
 from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
 from taskfleet.activities.support.presence import WorkerPresence
 from taskfleet.activities.support.shared_clone import forget_registrations, owner_reason, registrations
+from taskfleet.activities.support.worktree_refs import RefWriteRefused, detach_head, point_branch
 
 from taskfleet.core.ids import slug
 from taskfleet.core.pod import pod_id
@@ -147,10 +148,14 @@ class WorktreePool:
             if head == base_commit:
                 # Already a clean checkout of the base (scrubbed there off the task's time): only
                 # the branch moves. No file is touched and the index is not refreshed, so set-up
-                # costs two small git commands whatever the size of the tree.
-                await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
-                          base_commit, heartbeat=heartbeat)
-                await git(slot.path, "symbolic-ref", "HEAD", f"refs/heads/{branch}", heartbeat=heartbeat)
+                # costs two small ref-file writes whatever the size of the tree (git commands when
+                # the files cannot be written in-process).
+                try:
+                    point_branch(slot.path, branch, base_commit)
+                except RefWriteRefused:
+                    await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
+                              base_commit, heartbeat=heartbeat)
+                    await git(slot.path, "symbolic-ref", "HEAD", f"refs/heads/{branch}", heartbeat=heartbeat)
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             args = ("checkout", "-q", "--ignore-other-worktrees", "-B", branch, base_commit)
             ran = await git_run(slot.path, *args, heartbeat=heartbeat)
@@ -277,8 +282,14 @@ class WorktreePool:
 
     async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing, commit: str = "") -> None:
         """A clean checkout, detached at `commit` (default: where it is); the task branch is kept."""
-        await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
-        await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat)
+        try:
+            # HEAD detached at the commit by a file write, then one `reset --hard` brings the index
+            # and files there (two processes instead of checkout + reset).
+            detach_head(slot.path, commit or await git(slot.path, "rev-parse", "HEAD"))
+            await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
+        except RefWriteRefused:
+            await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
+            await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat)
         await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat)
 
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
