@@ -7,7 +7,7 @@ import time
 
 from git import PushInfo, Repo
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
-from taskfleet.activities.support.git_op_application import Applied, OpFailed, apply_batch
+from taskfleet.activities.support.git_op_application import Applied, OpFailed, apply_batch, ref_commit
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -85,11 +85,7 @@ def push_refs(
 
 def _seen_on_remote(repo: Repo, remote: str, ref: str) -> str:
     """The lease's expected value: the remote-tracking ref, or empty (the ref must not exist yet)."""
-    tracking = ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1)
-    status, out, _ = repo.git.rev_parse(
-        "--verify", "--quiet", tracking, with_exceptions=False, with_extended_output=True
-    )
-    return out.strip() if status == 0 else ""
+    return ref_commit(repo, ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1)) or ""
 
 
 def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: dict[str, Applied]) -> dict[str, str]:

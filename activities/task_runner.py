@@ -81,9 +81,10 @@ def state_inside(state_dir: Path, repo: str) -> bool:
 
 def _clone_lease(folder: Path):
     """The lease on a clone's claims folder, shared by every pod: one claimer at a time, writing
-    under a fencing token recorded beside the claims."""
+    under a fencing token recorded beside the claims. Given back by signal: the claim's activity
+    need not wait for the lock to note it (the next claimer is granted once it has)."""
     lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30)
-    return lock.hold(fence=Fence(folder / ".fence"))
+    return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
 
 
 class TaskActivities:

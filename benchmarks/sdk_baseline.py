@@ -4,8 +4,10 @@ A bare workflow dispatches N activities with the same sliding window as the orch
 concurrency c, on the same dev server. Its activity either only sleeps d seconds
 (`asyncio.sleep`), or starts the two processes a taskfleet task starts (`sh -c "sleep d"`, then
 `sh -c true`), or does that inside a git worktree it adds and removes (`git worktree add --detach`,
-`git worktree remove --force`): the fair baseline for taskfleet tasks with worktrees (taskfleet also
-commits each task and lands it through the batcher; the baseline does neither). Same figures as
+`git worktree remove --force`), or does the whole of a taskfleet task with a worktree the bare-SDK
+way (`worktree_commit_push`: worktree on its own branch, the two processes, a commit, one `git
+push` of the branch per task, worktree removed): the fair baseline for taskfleet tasks with
+worktrees, which also commit and land each task (through the batcher). Same figures as
 `dispatch.py`: efficiency = ceil(N / c) * d / wall, or ms per task for the no-op case. `dispatch.py`
 imports this module to run the baseline beside taskfleet in one run. Prints JSON.
 """
@@ -73,7 +75,25 @@ async def worktree_two_processes(seconds: float, repo: str) -> None:
         await _git(repo, "worktree", "remove", "--force", path)
 
 
-ACTIVITIES = [sleep_only, two_processes, worktree_two_processes]
+@activity.defn
+async def worktree_commit_push(seconds: float, repo: str) -> None:
+    """The same task as a taskfleet task with a worktree, written with the bare SDK: a worktree on
+    a branch of its own, the two processes (the second writes a file), a commit, a push of the
+    branch (one per task: the bare SDK has no batcher), then the worktree removed."""
+    name = uuid.uuid4().hex[:12]
+    path = str(Path(repo).parent / "baseline-worktrees" / name)
+    await _git(repo, "worktree", "add", "--quiet", "-B", f"baseline/{name}", path, "HEAD")
+    try:
+        await _two_processes(seconds, cwd=path)
+        Path(path, "done.txt").write_text(name + "\n")
+        await _git(path, "add", "-A")
+        await _git(path, "commit", "-q", "-m", f"baseline {name}")
+        await _git(path, "push", "-q", "--force", "origin", f"baseline/{name}")
+    finally:
+        await _git(repo, "worktree", "remove", "--force", path)
+
+
+ACTIVITIES = [sleep_only, two_processes, worktree_two_processes, worktree_commit_push]
 
 
 @workflow.defn(sandboxed=False)

@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         ORCHESTRATOR_WORKFLOW,
         PATCH_BOARD_PAGES,
         PATCH_CLAIM_BRANCHES,
+        PATCH_RESULT_FROM_MEMORY,
         PATCH_RUN_KEY_FIRST_RUN,
         QUERY_PROGRESS,
         SIGNAL_FLUSH,
@@ -163,6 +164,7 @@ class OrchestratorWorkflow:
         # Paged runs (boards by reference): the tally travels in the state, since outcomes do not.
         self._rows: dict[str, int] = {}  # task id -> its row on the board (tasks loaded, not finished)
         self._unrecorded: list[tuple[TaskOutcome, int]] = []  # finished, not yet in the run store
+        self._mine: list[tuple[TaskOutcome, int]] = []  # what this run recorded, while few (its result)
         self._unrecorded_bytes = 0
         self._recorder: Optional[asyncio.Task] = None
         self._loader: Optional[asyncio.Task] = None  # the next page, being loaded
@@ -351,18 +353,20 @@ class OrchestratorWorkflow:
 
     async def _load_page(self) -> None:
         p = self.s.paging
-        try:
-            page: BoardPage = await workflow.execute_activity(
-                ACTIVITY_LOAD_BOARD_PAGE,
-                BoardPageRequest(repo=self.params.repo, board_id=p.board.board_id, start=p.load_from),
-                result_type=BoardPage, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
-                summary=f"board rows {p.load_from}+",
-            )
-        except ActivityError as err:
-            raise ApplicationError(
-                f"board {p.board.board_id[:12]} cannot be read from {self.params.repo}: {root_cause_message(err)}",
-                type="BoardStoreError", non_retryable=True,
-            ) from None
+        page = self._take_first_page()
+        if page is None:
+            try:
+                page = await workflow.execute_activity(
+                    ACTIVITY_LOAD_BOARD_PAGE,
+                    BoardPageRequest(repo=self.params.repo, board_id=p.board.board_id, start=p.load_from),
+                    result_type=BoardPage, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
+                    summary=f"board rows {p.load_from}+",
+                )
+            except ActivityError as err:
+                raise ApplicationError(
+                    f"board {p.board.board_id[:12]} cannot be read from {self.params.repo}: {root_cause_message(err)}",
+                    type="BoardStoreError", non_retryable=True,
+                ) from None
         for refused in page.refused:
             if refused.index >= p.accounted:  # not counted yet (a resumed run reloads from its first pending row)
                 self._tally[TASK_PENDING] -= 1
@@ -382,6 +386,29 @@ class OrchestratorWorkflow:
         p.accounted = max(p.accounted, page.next)
         p.load_from = page.next
         self._loader = None
+
+    def _take_first_page(self) -> Optional[BoardPage]:
+        """The first page the client read while storing the board (it came in the input), if this
+        is where the run starts and the page holds up; it is used once, never carried on.
+
+        It crossed the wire unchecked by any worker, so it is checked as an inline board is; one
+        that does not hold up is dropped and the page loaded from the store (nothing is lost)."""
+        page, self.params.first_page = self.params.first_page, None
+        p = self.s.paging
+        if page is None or p.load_from != 0 or p.accounted != 0:
+            return None
+        try:
+            if page.start != 0 or not 0 < page.next <= p.board.tasks or page.total != p.board.tasks:
+                raise BoardError(f"rows {page.start}..{page.next} of {page.total} do not fit the stored board")
+            if len(page.rows) != len(page.tasks) or any(not 0 <= r < page.next for r in page.rows) \
+                    or any(not 0 <= r.index < page.next for r in page.refused):
+                raise BoardError("its rows do not match its tasks")
+            if page.tasks:
+                validate_board(replace(self.params.board, tasks=page.tasks), "first page")
+        except BoardError as err:
+            workflow.logger.warning("the first page in the input is not used (%s): loading it from the store", err)
+            return None
+        return page
 
     async def _claim_page(self, tasks: list[TaskSpec], first: bool) -> dict[str, str]:
         """Claim a page's task branches (see `_claim_branches`); the branches another run holds,
@@ -461,6 +488,8 @@ class OrchestratorWorkflow:
         if outcome.status != TASK_SUCCEEDED and len(p.failed_ids) < FAILED_IDS_CAP:
             p.failed_ids.append(outcome.id)
         self._unrecorded.append((outcome, row))
+        if self.s.stats.runs == 1 and len(self._mine) <= RESULT_MAX_TASKS:
+            self._mine.append((outcome, row))
         self._unrecorded_bytes += 200 + len(outcome.id) + len(outcome.reason) + len(outcome.log_path) + len(outcome.commit)
         self._recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed, outcome.reason))
         if len(self._unrecorded) >= RECORD_BATCH_OUTCOMES or self._unrecorded_bytes >= RECORD_BATCH_BYTES:
@@ -501,10 +530,13 @@ class OrchestratorWorkflow:
                 await self._recorder
 
     async def _small_run_outcomes(self) -> list[TaskOutcome]:
-        """A small run's outcomes for its result, read back in board order; none for a big run."""
+        """A small run's outcomes for its result, in board order; none for a big run. When this
+        run recorded them all (it never continued as new), they are still here: no read back."""
         p = self.s.paging
         if p.recorded > RESULT_MAX_TASKS or not p.recorded:
             return []
+        if len(self._mine) == p.recorded and workflow.patched(PATCH_RESULT_FROM_MEMORY):
+            return [outcome for outcome, _ in sorted(self._mine, key=lambda kept: kept[1])]
         page: OutcomePage = await workflow.execute_activity(
             ACTIVITY_READ_OUTCOMES,
             ReadOutcomesRequest(repo=self.params.repo, run_ref=p.run_ref, max_bytes=PAGE_MAX_BYTES),
@@ -527,6 +559,7 @@ class OrchestratorWorkflow:
         workflow.logger.info("continuing as new from row %d of %d", p.load_from, p.board.tasks)
         workflow.continue_as_new(OrchestratorInput(**{
             **self.params.__dict__, "board": replace(self.params.board, tasks=[]), "board_ref": p.board, "state": self.s,
+            "first_page": None,
         }))
 
     # --- dispatch --------------------------------------------------------------------------------
@@ -754,7 +787,7 @@ class OrchestratorWorkflow:
             outcome.reason = outcome.reason[:300]
         workflow.logger.info("continuing as new with %d pending tasks", len(pending))
         workflow.continue_as_new(
-            OrchestratorInput(**{**self.params.__dict__, "board": board, "state": self.s})
+            OrchestratorInput(**{**self.params.__dict__, "board": board, "state": self.s, "first_page": None})
         )
 
     def _result(self, tasks: list[TaskOutcome]) -> OrchestratorResult:

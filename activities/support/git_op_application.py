@@ -51,7 +51,7 @@ def check_expected(repo: Repo, op: GitOp) -> None:
     """Contract C1: an op with `expect_commit` lands only if its branch is still at that commit."""
     if not op.expect_commit:
         return
-    actual = _rev(repo, f"refs/heads/{op.branch}")
+    actual = ref_commit(repo, f"refs/heads/{op.branch}")
     if actual != op.expect_commit:
         raise OpFailed(
             f"branch {op.branch} is at {actual or '(missing)'} in the clone, not at the expected commit "
@@ -80,7 +80,17 @@ def commit_env(repo: Repo) -> dict[str, str]:
     return env
 
 
-def _rev(repo: Repo, ref: str) -> str | None:
+def ref_commit(repo: Repo, ref: str) -> str | None:
+    """The commit a ref names, or None. Branches and remote-tracking refs are read from the ref
+    files in-process (a batch asks for several per op: a git process each added up); anything
+    else is asked of git."""
+    if ref.startswith(("refs/heads/", "refs/remotes/")):
+        try:
+            return SymbolicReference.dereference_recursive(repo, ref)
+        except ValueError:
+            return None  # neither a loose nor a packed ref of that name
+        except OSError:
+            pass
     try:
         return repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
     except GitCommandError:
@@ -219,13 +229,13 @@ def default_branch(repo: Repo, remote: str) -> str:
     except (GitCommandError, IndexError):
         pass
     for name in ("main", "master"):
-        if _rev(repo, f"refs/heads/{name}") or _rev(repo, f"refs/remotes/{remote}/{name}"):
+        if ref_commit(repo, f"refs/heads/{name}") or ref_commit(repo, f"refs/remotes/{remote}/{name}"):
             return name
     raise OpFailed(f"cannot tell the default branch of {remote}; give the op a 'target'")
 
 
 def _branch_commit(repo: Repo, remote: str, branch: str) -> str | None:
-    return _rev(repo, f"refs/heads/{branch}") or _rev(repo, f"refs/remotes/{remote}/{branch}")
+    return ref_commit(repo, f"refs/heads/{branch}") or ref_commit(repo, f"refs/remotes/{remote}/{branch}")
 
 
 def _checked_out_at(repo: Repo, branch: str) -> Path | None:
@@ -257,7 +267,7 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
         "--is-ancestor", source, base, with_exceptions=False, with_extended_output=True
     )
     if is_merged == 0:
-        if not _rev(repo, ref):
+        if not ref_commit(repo, ref):
             repo.git.update_ref(ref, base)
         return Applied(ref, base, made_commit=False, note=f"{op.branch} already in {target}", branch_commit=source)
 
@@ -299,7 +309,7 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
                 f"{target} is checked out at {checkout} and could not be fast-forwarded: "
                 f"{err.stderr.strip()}"
             ) from None
-    elif _rev(repo, ref):
+    elif ref_commit(repo, ref):
         repo.git.update_ref(ref, merge_commit, base)
     else:
         repo.git.update_ref(ref, merge_commit)
@@ -308,7 +318,7 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
 
 def apply_push(repo: Repo, op: GitOp, remote: str) -> Applied:
     """A push op only names a branch to include in the batch's push."""
-    commit = _rev(repo, f"refs/heads/{op.branch}")
+    commit = ref_commit(repo, f"refs/heads/{op.branch}")
     if not commit:
         raise OpFailed(f"branch {op.branch} does not exist in {repo.working_dir}")
     check_expected(repo, op)

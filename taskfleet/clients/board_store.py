@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from taskfleet.core.board_rows import BoardHead, RawTask, scan_board, scan_specs, unique_ids
-from taskfleet.core.board_store import write_board
+from taskfleet.core.board_store import write_board_with_first_page
 from taskfleet.core.boards import BoardError
 from taskfleet.core.git_objects import GitStoreError, is_repository
-from taskfleet.core.models.board_store import BoardReference
+from taskfleet.core.models.board_store import BoardPage, BoardReference
 from taskfleet.core.models.orchestrator import Board
 
 
@@ -27,6 +27,14 @@ class StoredBoard:
 
     reference: BoardReference
     settings: Board
+    # The board's first rows as a worker would load them, handed to the run in its input so that
+    # a small board starts without a page-load round trip (None: the run loads every page).
+    first_page: BoardPage | None = None
+
+
+# The first page travels in the run's input only up to this size (the input stays small).
+FIRST_PAGE_MAX_ROWS = 200
+FIRST_PAGE_MAX_BYTES = 64 * 1024
 
 
 class CloneUnreachable(BoardError):
@@ -66,14 +74,15 @@ def store_board_file(path: str | Path, repo: str, **overrides: Any) -> StoredBoa
     try:
         with open(path, encoding="utf-8") as lines:
             head, items = _head_of(unique_ids(scan_board(lines, str(path), fmt, **overrides), str(path)))
-            reference = write_board(repo, items, source=str(path))
+            reference, first = write_board_with_first_page(repo, items, str(path), FIRST_PAGE_MAX_ROWS,
+                                                           FIRST_PAGE_MAX_BYTES)
     except OSError as err:
         raise BoardError(f"cannot read board {path}: {err.strerror}") from None
     except UnicodeDecodeError as err:
         raise BoardError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except GitStoreError as err:
         raise BoardError(f"cannot store board {path} in {repo}: {err}") from None
-    return StoredBoard(reference=reference, settings=_settings(head, str(path)))
+    return StoredBoard(reference=reference, settings=_settings(head, str(path)), first_page=first)
 
 
 def store_board(board: Board, repo: str) -> StoredBoard:
@@ -83,10 +92,10 @@ def store_board(board: Board, repo: str) -> StoredBoard:
     source = board.path or board.name
     head, items = _head_of(unique_ids(scan_specs(board), source))
     try:
-        reference = write_board(repo, items, source=source)
+        reference, first = write_board_with_first_page(repo, items, source, FIRST_PAGE_MAX_ROWS, FIRST_PAGE_MAX_BYTES)
     except GitStoreError as err:
         raise BoardError(f"cannot store board {board.name} in {repo}: {err}") from None
-    return StoredBoard(reference=reference, settings=_settings(head, board.path))
+    return StoredBoard(reference=reference, settings=_settings(head, board.path), first_page=first)
 
 
 def read_board_head(path: str | Path, **overrides: Any) -> BoardHead:

@@ -39,7 +39,8 @@ async def start_board(
         board = await asyncio.to_thread(store_board, board, repo)
     if isinstance(board, StoredBoard):
         name, open_tasks = board.settings.name, board.reference.open_tasks
-        params = OrchestratorInput(board=board.settings, board_ref=board.reference, repo=repo, **options_for_input)
+        params = OrchestratorInput(board=board.settings, board_ref=board.reference, repo=repo,
+                                   first_page=board.first_page, **options_for_input)
     else:
         name, open_tasks = board.name, sum(1 for t in board.tasks if not t.done)
         params = OrchestratorInput(board=board, repo=repo, **options_for_input)

@@ -143,39 +143,72 @@ class BoardReader:
 
     def page(self, request: BoardPageRequest) -> BoardPage:
         """Rows from `request.start`, validated one by one, until `max_tasks` rows or `max_bytes`."""
-        page = BoardPage(start=request.start, next=request.start, total=self.total)
-        used = 0
-        for index, raw in self.rows(request.start):
-            if index - request.start >= request.max_tasks:
-                break
-            item: Any
-            try:
-                spec = task_from_row(raw, self.head, self.source)
-                size = len(json.dumps(vars(spec)))  # flat: cheaper than asdict
-                if size > TASK_MAX_BYTES:
-                    raise BoardError(
-                        f"{_where(self.source, raw)}: task {spec.id} is {size // 1024} KB as JSON; a task may be at most "
-                        f"{TASK_MAX_BYTES // 1024} KB (put long templates in the templates folder)"
-                    )
-                item = None if spec.done else spec
-            except BoardError as err:
-                reason = str(err)
-                if len(reason) > REASON_MAX_CHARS:
-                    reason = reason[: REASON_MAX_CHARS - 3] + "..."
-                item = RefusedTask(index=index, id=raw.id or f"row-{raw.number}", line=raw.line, reason=reason)
-                size = len(json.dumps(vars(item)))
-            if page.next > request.start and used + size > request.max_bytes:
-                break
-            used += size
-            if item is None:
-                page.done += 1
-            elif isinstance(item, RefusedTask):
-                page.refused.append(item)
-            else:
-                page.tasks.append(item)
-                page.rows.append(index)
-            page.next = index + 1
-        return page
+        return page_of(self.rows(request.start), self.head, self.source, self.total, request)
+
+
+def page_of(rows: Iterable[tuple[int, RawTask]], head: BoardHead, source: str, total: int,
+            request: BoardPageRequest) -> BoardPage:
+    """A page of `rows` (row index, raw row) from `request.start`, each validated alone, until
+    `max_tasks` rows or `max_bytes`: what a worker loads, and what the client that stored the
+    board may hand the run as its first page."""
+    page = BoardPage(start=request.start, next=request.start, total=total)
+    used = 0
+    for index, raw in rows:
+        if index < request.start:
+            continue
+        if index - request.start >= request.max_tasks:
+            break
+        item: Any
+        try:
+            spec = task_from_row(raw, head, source)
+            size = len(json.dumps(vars(spec)))  # flat: cheaper than asdict
+            if size > TASK_MAX_BYTES:
+                raise BoardError(
+                    f"{_where(source, raw)}: task {spec.id} is {size // 1024} KB as JSON; a task may be at most "
+                    f"{TASK_MAX_BYTES // 1024} KB (put long templates in the templates folder)"
+                )
+            item = None if spec.done else spec
+        except BoardError as err:
+            reason = str(err)
+            if len(reason) > REASON_MAX_CHARS:
+                reason = reason[: REASON_MAX_CHARS - 3] + "..."
+            item = RefusedTask(index=index, id=raw.id or f"row-{raw.number}", line=raw.line, reason=reason)
+            size = len(json.dumps(vars(item)))
+        if page.next > request.start and used + size > request.max_bytes:
+            break
+        used += size
+        if item is None:
+            page.done += 1
+        elif isinstance(item, RefusedTask):
+            page.refused.append(item)
+        else:
+            page.tasks.append(item)
+            page.rows.append(index)
+        page.next = index + 1
+    return page
+
+
+def write_board_with_first_page(repo: str | Path, items: Iterable[BoardHead | RawTask], source: str,
+                                max_rows: int, max_bytes: int) -> tuple[BoardReference, BoardPage]:
+    """`write_board`, and the board's first page as a worker would load it (rows kept while they
+    are written: no read back), at most `max_rows` rows and `max_bytes` of specs."""
+    kept: list[RawTask] = []
+    heads: list[BoardHead] = []
+
+    def watched() -> Iterable[BoardHead | RawTask]:
+        for item in items:
+            # Kept as the store gives them back (through JSON), so the page is the one a worker reads.
+            if isinstance(item, BoardHead):
+                heads.append(BoardHead(format=item.format, name=item.name, rows=item.rows,
+                                       settings=json.loads(json.dumps(item.settings))))
+            elif len(kept) < max_rows:
+                kept.append(RawTask.from_json(item.to_json()))
+            yield item
+
+    reference = write_board(repo, watched(), source)
+    request = BoardPageRequest(repo=str(repo), board_id=reference.board_id, start=0, max_tasks=max_rows,
+                               max_bytes=max_bytes)
+    return reference, page_of(enumerate(kept), heads[0], source or heads[0].name, reference.tasks, request)
 
 
 def _where(source: str, raw: RawTask) -> str:

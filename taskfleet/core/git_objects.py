@@ -6,6 +6,8 @@ reachable by refs under `refs/taskfleet/`, which `git gc` keeps and `git push` n
 
 Plain `git` processes rather than GitPython: the CLI imports this too (GitPython runs `git` at
 import), and reads stream through one `git cat-file --batch` process instead of one per object.
+Writes (objects and refs) go in-process through `loose_objects` when the repository is the plain
+case, with git as the fallback.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from taskfleet.core import loose_objects
 
 # Commits in the run store need an identity; a worker's machine may have none configured.
 _IDENTITY = {
@@ -48,30 +52,56 @@ def git(repo: str | Path, *args: str, data: bytes | None = None, env: dict[str, 
 def is_repository(repo: str | Path) -> bool:
     """True when `repo` is a git repository this process can read (a clone, bare or not)."""
     try:
+        loose_objects.layout(repo)  # asked of git once per process and folder
+        return True
+    except loose_objects.NotPlain:
+        pass
+    try:
         git(repo, "rev-parse", "--git-dir")
     except GitStoreError:
         return False
     return True
 
 
+# Writes go in-process (`loose_objects`: the same files git writes, no process per object) and
+# fall back to the git command whenever the repository is not the plain case.
+
+
 def write_blob(repo: str | Path, data: bytes) -> str:
-    return git(repo, "hash-object", "-w", "--stdin", data=data).decode().strip()
+    try:
+        return loose_objects.write_object(repo, "blob", data)
+    except loose_objects.NotPlain:
+        return git(repo, "hash-object", "-w", "--stdin", data=data).decode().strip()
 
 
 def write_tree(repo: str | Path, blobs: list[tuple[str, str]], trees: list[tuple[str, str]] = ()) -> str:
-    """A tree of `blobs` and subtrees, each (name, id); git puts them in its own order."""
+    """A tree of `blobs` and subtrees, each (name, id); in git's own order."""
+    try:
+        return loose_objects.write_object(repo, "tree", loose_objects.tree_content(blobs, list(trees)))
+    except loose_objects.NotPlain:
+        pass
     listing = "".join(f"100644 blob {oid}\t{name}\n" for name, oid in blobs)
     listing += "".join(f"040000 tree {oid}\t{name}\n" for name, oid in trees)
     return git(repo, "mktree", data=listing.encode()).decode().strip()
 
 
 def write_commit(repo: str | Path, tree: str, parent: str | None, message: str) -> str:
+    try:
+        content = loose_objects.commit_content(tree, parent, message, _IDENTITY["GIT_COMMITTER_NAME"],
+                                               _IDENTITY["GIT_COMMITTER_EMAIL"])
+        return loose_objects.write_object(repo, "commit", content)
+    except loose_objects.NotPlain:
+        pass
     args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-m", message]
     return git(repo, *args, env=_IDENTITY).decode().strip()
 
 
 def resolve(repo: str | Path, ref: str) -> str | None:
     """The object a ref points at, or None when it does not exist."""
+    try:
+        return loose_objects.read_ref(repo, ref)
+    except loose_objects.NotPlain:
+        pass
     try:
         out = git(repo, "rev-parse", "--verify", "--quiet", ref)
     except GitStoreError:
@@ -82,9 +112,14 @@ def resolve(repo: str | Path, ref: str) -> str | None:
 def compare_and_swap(repo: str | Path, ref: str, new: str, old: str | None) -> bool:
     """Point `ref` at `new` only if it still points at `old` (None: only if it does not exist).
 
-    git takes the ref's lock file and compares under it, so of two writers racing from the same
-    `old` exactly one wins; the other gets False and retries from the new value.
+    The ref's lock file is taken and the value compared under it (by git's rules, in-process or by
+    git), so of two writers racing from the same `old` exactly one wins; the other gets False and
+    retries from the new value.
     """
+    try:
+        return loose_objects.update_ref(repo, ref, new, old)
+    except loose_objects.NotPlain:
+        pass
     try:
         git(repo, "update-ref", ref, new, old or "")
     except GitStoreError:
@@ -94,8 +129,14 @@ def compare_and_swap(repo: str | Path, ref: str, new: str, old: str | None) -> b
 
 def keep(repo: str | Path, ref: str, oid: str) -> None:
     """Make `oid` reachable from `ref` (idempotent): content-addressed refs never change."""
-    if resolve(repo, ref) != oid:
-        git(repo, "update-ref", ref, oid)
+    if resolve(repo, ref) == oid:
+        return
+    try:
+        if loose_objects.update_ref(repo, ref, oid, None, check_old=False):
+            return
+    except loose_objects.NotPlain:
+        pass
+    git(repo, "update-ref", ref, oid)
 
 
 class ObjectReader:

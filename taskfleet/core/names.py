@@ -82,3 +82,5 @@ ACTIVITY_READ_OUTCOMES = "taskfleet_read_outcomes"
 ACTIVITY_RUN_TASK_GROUP = "taskfleet_run_task_group"
 # A run started by this version reads its board in pages and keeps outcomes in the run store.
 PATCH_BOARD_PAGES = "taskfleet-board-pages"
+# A small paged run builds its result from the outcomes it recorded, instead of reading them back.
+PATCH_RESULT_FROM_MEMORY = "taskfleet-result-from-memory"

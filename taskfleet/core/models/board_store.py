@@ -8,7 +8,7 @@ the orchestrator puts in it, so no payload in a run's history grows with the boa
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
 
-from taskfleet.core.models.orchestrator import Board, TaskOutcome, TaskSpec
+from taskfleet.core.models.orchestrator import Board, BoardPage, RefusedTask, TaskOutcome, TaskSpec  # noqa: F401 - re-exported
 from taskfleet.core.models.paging import BoardReference, PagingState  # noqa: F401 - re-exported
 
 PAGE_MAX_TASKS = 500
@@ -28,27 +28,6 @@ class BoardPageRequest:
     start: int
     max_tasks: int = PAGE_MAX_TASKS
     max_bytes: int = PAGE_MAX_BYTES
-
-
-@dataclass
-class RefusedTask:
-    """A row that cannot run as written: it fails alone; the reason names its line."""
-
-    index: int  # 0-based row index on the board
-    id: str
-    line: int
-    reason: str
-
-
-@dataclass
-class BoardPage:
-    start: int
-    next: int  # the row after the last one this page covers; == total at the end of the board
-    total: int
-    tasks: list[TaskSpec] = field(default_factory=list)  # open tasks, ready to run
-    rows: list[int] = field(default_factory=list)  # each task's row index, so a run can resume mid-page
-    refused: list[RefusedTask] = field(default_factory=list)
-    done: int = 0  # rows marked done (`[x]`) in the range: counted, never dispatched
 
 
 @dataclass

@@ -56,6 +56,27 @@ class Board:
 
 
 @dataclass
+class RefusedTask:
+    """A row that cannot run as written: it fails alone; the reason names its line."""
+
+    index: int  # 0-based row index on the board
+    id: str
+    line: int
+    reason: str
+
+
+@dataclass
+class BoardPage:
+    start: int
+    next: int  # the row after the last one this page covers; == total at the end of the board
+    total: int
+    tasks: list[TaskSpec] = field(default_factory=list)  # open tasks, ready to run
+    rows: list[int] = field(default_factory=list)  # each task's row index, so a run can resume mid-page
+    refused: list[RefusedTask] = field(default_factory=list)
+    done: int = 0  # rows marked done (`[x]`) in the range: counted, never dispatched
+
+
+@dataclass
 class TaskOutcome:
     """What the orchestrator keeps per task (and carries across continue-as-new): no bulk output."""
 
@@ -138,6 +159,9 @@ class OrchestratorInput:
     state: Optional[OrchestratorState] = None
     # The board stored in the clone (`board` then holds only its board-wide settings, no tasks).
     board_ref: Optional[BoardReference] = None
+    # Its first rows, read by the client that stored it: the run starts on them without loading
+    # (first run only; dropped at continue-as-new).
+    first_page: Optional[BoardPage] = None
 
 
 @dataclass
