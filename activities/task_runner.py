@@ -282,7 +282,7 @@ class TaskActivities:
         env[TOKEN_VARIABLE] = token
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
-        with open(log_path, "a+b") as log:
+        with await asyncio.to_thread(open, log_path, "a+b") as log:
             try:
                 executed = await run_command(
                     task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
@@ -310,8 +310,8 @@ class TaskActivities:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
         prompt = await self._prompt(params)
         prompt_file = log_path.parent / f"{log_path.stem}.prompt.md"
-        prompt_file.parent.mkdir(parents=True, exist_ok=True)
-        prompt_file.write_text(prompt)
+        # Creating a file can wait on the disk for a millisecond: not on the event loop.
+        await asyncio.to_thread(_write_new_file, prompt_file, prompt)
         return prompt_file, prompt
 
     async def _prompt(self, params: TaskInput) -> str:
@@ -366,6 +366,11 @@ class TaskActivities:
             await asyncio.to_thread(self.lessons.record, lesson)
         except OSError as err:
             activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
+
+
+def _write_new_file(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
 
 def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what: str, timeout: float) -> bool:

@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         ORCHESTRATOR_WORKFLOW,
         PATCH_BOARD_PAGES,
         PATCH_CLAIM_BRANCHES,
+        PATCH_LOCAL_RECORD,
         PATCH_RESULT_FROM_MEMORY,
         PATCH_RUN_KEY_FIRST_RUN,
         QUERY_PROGRESS,
@@ -510,10 +511,14 @@ class OrchestratorWorkflow:
                     break
                 batch.append((outcome, row))
                 size += cost
-            await workflow.execute_activity(
-                ACTIVITY_RECORD_OUTCOMES,
-                OutcomeBatch(repo=self.params.repo, run_ref=p.run_ref, batch_id=str(p.batches),
-                             outcomes=[o for o, _ in batch], rows=[r for _, r in batch]),
+            outcomes = OutcomeBatch(repo=self.params.repo, run_ref=p.run_ref, batch_id=str(p.batches),
+                                    outcomes=[o for o, _ in batch], rows=[r for _, r in batch])
+            # A local activity: the append (milliseconds, in-process git writes) runs on this worker
+            # within the workflow task, with no round trip through the server; a run's last append
+            # then completes with the run. Every worker of a board reaches the clone.
+            execute = workflow.execute_local_activity if workflow.patched(PATCH_LOCAL_RECORD) else workflow.execute_activity
+            await execute(
+                ACTIVITY_RECORD_OUTCOMES, outcomes,
                 result_type=RecordedBatch, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
                 summary=f"record {len(batch)} outcome(s)",
             )

@@ -70,20 +70,55 @@ def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
     return len(killed)
 
 
+# A worker's journal is rewritten with only the running executors once it grows past this.
+JOURNAL_ROTATE_BYTES = 1 << 20
+
+
 class ExecutorRecords:
+    """The running executors of this worker, in one append-only journal per worker process
+    (`<state>/executors/<worker pid>-<random>.journal`: `+ <token> <pgid>` when a command starts,
+    `- <token>` when it ends). A line appended to an open file costs microseconds; a file created
+    and deleted per command cost about a millisecond of the event loop each on this machine's disk.
+    Files named by a bare token (one executor each, from earlier versions) are still reaped."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self._last_reap = 0.0
+        self._running: dict[str, int] = {}  # token -> process group
+        self._journal: Path | None = None
+        self._fd: int | None = None
+        self._written = 0
 
     def new_token(self) -> str:
         return f"{os.getpid()}-{secrets.token_hex(6)}"
 
     def record(self, token: str, pgid: int) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / token).write_text(str(pgid))
+        self._running[token] = pgid
+        self._append(f"+ {token} {pgid}\n")
 
     def forget(self, token: str) -> None:
-        (self.root / token).unlink(missing_ok=True)
+        if self._running.pop(token, None) is not None:
+            self._append(f"- {token}\n")
+
+    def _append(self, line: str) -> None:
+        if self._fd is None or self._written > JOURNAL_ROTATE_BYTES:
+            self._rotate()
+        assert self._fd is not None
+        self._written += os.write(self._fd, line.encode())
+
+    def _rotate(self) -> None:
+        """A new journal holding only the running executors; the old one is deleted."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / f"{os.getpid()}-{secrets.token_hex(4)}.journal"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # not inherited by executors
+        text = "".join(f"+ {token} {pgid}\n" for token, pgid in self._running.items())
+        self._written = os.write(fd, text.encode()) if text else 0
+        old, old_fd = self._journal, self._fd
+        self._journal, self._fd = path, fd
+        if old_fd is not None:
+            os.close(old_fd)
+        if old is not None:
+            old.unlink(missing_ok=True)
 
     def reap_dead(self) -> int:
         """Kill the executors of workers that are gone; how many processes were killed."""
@@ -93,11 +128,8 @@ class ExecutorRecords:
             owner = path.name.split("-", 1)[0]
             if not owner.isdigit() or int(owner) == os.getpid() or _alive(int(owner)):
                 continue  # not a record, or its worker still runs (ours forget theirs when done)
-            try:
-                pgid = int(path.read_text().strip() or 0)
-            except (OSError, ValueError):
-                pgid = 0
-            killed += kill_executor(path.name, pgid)
+            for token, pgid in _left_running(path).items():
+                killed += kill_executor(token, pgid)
             path.unlink(missing_ok=True)
         return killed
 
@@ -105,3 +137,24 @@ class ExecutorRecords:
         """`reap_dead`, at most every `every` seconds: cheap enough to call from each task."""
         if time.monotonic() - self._last_reap >= every:
             self.reap_dead()
+
+
+def _left_running(path: Path) -> dict[str, int]:
+    """The executors a dead worker's record says were still running: token -> process group."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    if not path.name.endswith(".journal"):  # one executor per file: named by its token
+        try:
+            return {path.name: int(text.strip() or 0)}
+        except ValueError:
+            return {path.name: 0}
+    running: dict[str, int] = {}
+    for line in text.splitlines():  # a line cut short by the crash is skipped
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "+" and parts[2].isdigit():
+            running[parts[1]] = int(parts[2])
+        elif len(parts) == 2 and parts[0] == "-":
+            running.pop(parts[1], None)
+    return running

@@ -91,6 +91,8 @@ class WorkerPresence:
 
     async def wait_ready(self, timeout: float = 120.0) -> None:
         """Until the lease is held (the worker takes it as it starts polling)."""
+        if self.ready.is_set():
+            return  # the usual case: no trip through the event loop on a task's set-up
         try:
             await asyncio.wait_for(self.ready.wait(), timeout)
         except asyncio.TimeoutError:
@@ -107,6 +109,8 @@ class WorkerPresence:
     async def ensure(self) -> None:
         """If the lock says the lease is lost, take a new one under a new key (once, however many
         tasks ask at the same time)."""
+        if self.lease is not None and not self.lease.lost:
+            return
         if self._renewing is None:
             self._renewing = asyncio.Lock()
         async with self._renewing:

@@ -84,3 +84,5 @@ ACTIVITY_RUN_TASK_GROUP = "taskfleet_run_task_group"
 PATCH_BOARD_PAGES = "taskfleet-board-pages"
 # A small paged run builds its result from the outcomes it recorded, instead of reading them back.
 PATCH_RESULT_FROM_MEMORY = "taskfleet-result-from-memory"
+# Outcomes are appended to the run store by a local activity (no server round trip).
+PATCH_LOCAL_RECORD = "taskfleet-local-record"
