@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -71,8 +72,14 @@ def _read_all(fd: int) -> str:
     return os.pread(fd, size, 0).decode(errors="replace") if size else ""
 
 
+# Background git work (scrubbing a slot after its task) runs at the lowest CPU priority, so on a
+# small machine it never slows the tasks' own commands and commits.
+_NICE = shutil.which("nice")
+
+
 async def git_run(
-    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
+    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing,
+    background: bool = False,
 ) -> GitRun:
     """Run `git args...` in `cwd`; its exit code and output, whatever the code.
 
@@ -82,7 +89,7 @@ async def git_run(
     """
     delays = retry_delays(LOCK_RETRY_SECONDS)
     while True:
-        ran = await _git_once(cwd, *args, env=env, heartbeat=heartbeat)
+        ran = await _git_once(cwd, *args, env=env, heartbeat=heartbeat, background=background)
         if ran.code == 0 or not is_lock_contention(ran.err):
             return ran
         wait = next(delays, None)
@@ -93,12 +100,14 @@ async def git_run(
 
 
 async def _git_once(
-    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
+    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing,
+    background: bool = False,
 ) -> GitRun:
     out, err = _memfile("git-out"), _memfile("git-err")
+    nice = [_NICE, "-n", "19"] if background and _NICE else []
     try:
         proc = subprocess.Popen(  # noqa: ASYNC220 - spawned here, waited for through a pidfd below
-            ["git", *args], cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            [*nice, "git", *args], cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             env={**os.environ, **GIT_ENV, **(env or {})},
         )
         try:
@@ -115,9 +124,10 @@ async def _git_once(
         os.close(err)
 
 
-async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing) -> str:
+async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing,
+              background: bool = False) -> str:
     """`git args...` in `cwd`; its stripped output, or GitError."""
-    ran = await git_run(cwd, *args, env=env, heartbeat=heartbeat)
+    ran = await git_run(cwd, *args, env=env, heartbeat=heartbeat, background=background)
     if ran.code != 0:
         raise GitError(args, ran.code, ran.err or ran.out)
     return ran.out.strip()
