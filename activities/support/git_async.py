@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -72,14 +71,8 @@ def _read_all(fd: int) -> str:
     return os.pread(fd, size, 0).decode(errors="replace") if size else ""
 
 
-# Background git work (scrubbing a slot after its task) runs at the lowest CPU priority, so on a
-# small machine it never slows the tasks' own commands and commits.
-_NICE = shutil.which("nice")
-
-
 async def git_run(
-    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing,
-    background: bool = False,
+    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
 ) -> GitRun:
     """Run `git args...` in `cwd`; its exit code and output, whatever the code.
 
@@ -89,7 +82,7 @@ async def git_run(
     """
     delays = retry_delays(LOCK_RETRY_SECONDS)
     while True:
-        ran = await _git_once(cwd, *args, env=env, heartbeat=heartbeat, background=background)
+        ran = await _git_once(cwd, *args, env=env, heartbeat=heartbeat)
         if ran.code == 0 or not is_lock_contention(ran.err):
             return ran
         wait = next(delays, None)
@@ -100,14 +93,12 @@ async def git_run(
 
 
 async def _git_once(
-    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing,
-    background: bool = False,
+    cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
 ) -> GitRun:
     out, err = _memfile("git-out"), _memfile("git-err")
-    nice = [_NICE, "-n", "19"] if background and _NICE else []
     try:
         proc = subprocess.Popen(  # noqa: ASYNC220 - spawned here, waited for through a pidfd below
-            [*nice, "git", *args], cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            ["git", *args], cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             env={**os.environ, **GIT_ENV, **(env or {})},
         )
         try:
@@ -124,10 +115,9 @@ async def _git_once(
         os.close(err)
 
 
-async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing,
-              background: bool = False) -> str:
+async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing) -> str:
     """`git args...` in `cwd`; its stripped output, or GitError."""
-    ran = await git_run(cwd, *args, env=env, heartbeat=heartbeat, background=background)
+    ran = await git_run(cwd, *args, env=env, heartbeat=heartbeat)
     if ran.code != 0:
         raise GitError(args, ran.code, ran.err or ran.out)
     return ran.out.strip()

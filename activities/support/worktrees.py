@@ -280,26 +280,23 @@ class WorktreePool:
         slot.head = base_commit
         return slot
 
-    async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing, commit: str = "",
-                     background: bool = False) -> None:
+    async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing, commit: str = "") -> None:
         """A clean checkout, detached at `commit` (default: where it is); the task branch is kept."""
-        bg = background
         try:
             # HEAD detached at the commit by a file write, then one `reset --hard` brings the index
             # and files there (two processes instead of checkout + reset).
             detach_head(slot.path, commit or await git(slot.path, "rev-parse", "HEAD"))
-            await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat, background=bg)
+            await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
         except RefWriteRefused:
-            await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat, background=bg)
-            await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat,
-                      background=bg)
-        await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat, background=bg)
+            await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
+            await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat)
+        await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat)
 
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
         """Back to a clean checkout of the base the task started from: the next task on that base
         (most of a board's) then only moves its branch (`take`)."""
         try:
-            await self._scrub(slot, commit=base_commit, background=True)  # off any task's time
+            await self._scrub(slot, commit=base_commit)
         except (GitError, OSError):
             await self._discard(slot)
             return
