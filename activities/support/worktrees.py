@@ -4,7 +4,9 @@
 repository, and both take the clone's shared files, so they ran one at a time per clone. A pool
 slot is instead reset to the task's base with `git checkout -B <branch> <base>`, which rewrites only
 the files that differ; after the task, the slot is scrubbed (`reset --hard`, `clean -ffdx`) off the
-task's critical path and goes back on the free list. New slots are added (and old ones removed)
+task's critical path and goes back on the free list; a task that finds no free slot while some
+are being scrubbed waits for the first of them rather than checking out a new one (a whole tree).
+New slots are added (and old ones removed)
 under a per-clone lock that tasks wait for on the event loop, heartbeating.
 
 Slots are named `w-<pod>-<random>` (never a task id, so no two tasks share one whatever their ids,
@@ -81,6 +83,15 @@ class Worktree:
 class _Clone:
     free: list[Slot] = field(default_factory=list)
     owned: set[Slot] = field(default_factory=set)
+    recycling: int = 0  # slots being scrubbed right now: back on `free` soon
+    waiting: list[asyncio.Future] = field(default_factory=list)  # takers told when a scrub ends
+
+    def scrub_ended(self) -> None:
+        self.recycling -= 1
+        waiting, self.waiting = self.waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
@@ -135,10 +146,10 @@ class WorktreePool:
             await self.presence.wait_ready()
             await self.presence.ensure()
             self._sweep_soon(os.path.abspath(repo_path))
-        slot = self._pop_free(clone, base_commit)
+        slot = await self._free_slot(clone, base_commit, heartbeat)
         while slot is not None and slot.lease != self._lease():  # registered under a lost lease
             await asyncio.shield(self._discard(slot))
-            slot = self._pop_free(clone, base_commit)
+            slot = await self._free_slot(clone, base_commit, heartbeat)
         new = slot is None
         if slot is None:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
@@ -167,8 +178,23 @@ class WorktreePool:
             raise
         return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
 
+    async def _free_slot(self, clone: _Clone, base_commit: str, heartbeat: Heartbeat) -> Slot | None:
+        """A free slot; while none is free but some are being scrubbed, the first of those to be
+        ready. Waiting for a scrub (it rewrites only what the last task changed) is much cheaper
+        than a new slot's checkout of the whole tree, and keeps the pool at the window's size."""
+        slot = self._pop_free(clone, base_commit)
+        while slot is None and clone.recycling > 0:
+            waiter = asyncio.get_running_loop().create_future()
+            clone.waiting.append(waiter)
+            while not waiter.done():
+                await asyncio.wait({waiter}, timeout=1.0)
+                heartbeat()
+            slot = self._pop_free(clone, base_commit)
+        return slot
+
     def give_back(self, worktree: Worktree) -> None:
         """Scrub the slot in the background (off the task's time) and put it back on the free list."""
+        self._clones.setdefault(worktree.slot.clone, _Clone()).recycling += 1
         task = asyncio.get_running_loop().create_task(self._recycle(worktree.slot, worktree.base_commit))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
@@ -295,13 +321,17 @@ class WorktreePool:
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
         """Back to a clean checkout of the base the task started from: the next task on that base
         (most of a board's) then only moves its branch (`take`)."""
+        clone = self._clones.setdefault(slot.clone, _Clone())
         try:
-            await self._scrub(slot, commit=base_commit)
-        except (GitError, OSError):
-            await self._discard(slot)
-            return
-        slot.head = base_commit
-        self._clones.setdefault(slot.clone, _Clone()).free.append(slot)
+            try:
+                await self._scrub(slot, commit=base_commit)
+            except (GitError, OSError):
+                await self._discard(slot)
+                return
+            slot.head = base_commit
+            clone.free.append(slot)
+        finally:
+            clone.scrub_ended()
 
     @staticmethod
     def _pop_free(clone: _Clone, base_commit: str) -> Slot | None:
