@@ -245,16 +245,8 @@ class OrchestratorWorkflow:
         branches = [self.tasks[t].branch for t in self.s.pending if self.tasks[t].worktree]
         if not branches:
             return
-        info = workflow.info()
         try:
-            await workflow.execute_activity(
-                ACTIVITY_CLAIM_BRANCHES,
-                BranchClaim(self.params.repo, branches, info.workflow_id, info.first_execution_run_id),
-                start_to_close_timeout=timedelta(seconds=120),
-                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
-                retry_policy=CLAIM_RETRY,
-                summary=f"claim {len(branches)} task branch(es)",
-            )
+            await self._claim(branches)
         except ActivityError as err:
             raise ApplicationError(
                 f"board refused: {root_cause_message(err)}", type="BranchesHeld", non_retryable=True
@@ -411,22 +403,26 @@ class OrchestratorWorkflow:
             return None
         return page
 
+    async def _claim(self, branches: list[str]) -> None:
+        """The claim activity for these branches (ActivityError when another running run holds some)."""
+        info = workflow.info()
+        await workflow.execute_activity(
+            ACTIVITY_CLAIM_BRANCHES,
+            BranchClaim(self.params.repo, branches, info.workflow_id, info.first_execution_run_id),
+            start_to_close_timeout=timedelta(seconds=120),
+            heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
+            retry_policy=CLAIM_RETRY,
+            summary=f"claim {len(branches)} task branch(es)",
+        )
+
     async def _claim_page(self, tasks: list[TaskSpec], first: bool) -> dict[str, str]:
         """Claim a page's task branches (see `_claim_branches`); the branches another run holds,
         with the reason. On the first page that refuses the board, as an inline board is refused."""
         if not tasks:
             return {}
-        info = workflow.info()
         branches = [t.branch for t in tasks]
         try:
-            await workflow.execute_activity(
-                ACTIVITY_CLAIM_BRANCHES,
-                BranchClaim(self.params.repo, branches, info.workflow_id, info.first_execution_run_id),
-                start_to_close_timeout=timedelta(seconds=120),
-                heartbeat_timeout=timedelta(seconds=self.params.heartbeat_timeout_seconds),
-                retry_policy=CLAIM_RETRY,
-                summary=f"claim {len(branches)} task branch(es)",
-            )
+            await self._claim(branches)
         except ActivityError as err:
             reason = root_cause_message(err)
             if first:

@@ -20,7 +20,7 @@ from pathlib import Path
 TOKEN_VARIABLE = "TASKFLEET_EXEC_TOKEN"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -42,7 +42,7 @@ def processes_with_token(token: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if needle in handle.read() and _alive(int(entry.name)):
+                if needle in handle.read() and process_alive(int(entry.name)):
                     found.append(int(entry.name))
         except OSError:
             continue
@@ -126,7 +126,7 @@ class ExecutorRecords:
         killed = 0
         for path in self.root.iterdir() if self.root.is_dir() else []:
             owner = path.name.split("-", 1)[0]
-            if not owner.isdigit() or int(owner) == os.getpid() or _alive(int(owner)):
+            if not owner.isdigit() or int(owner) == os.getpid() or process_alive(int(owner)):
                 continue  # not a record, or its worker still runs (ours forget theirs when done)
             for token, pgid in _left_running(path).items():
                 killed += kill_executor(token, pgid)

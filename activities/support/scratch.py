@@ -14,6 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from taskfleet.activities.support.executor_records import process_alive
+
 KEEP_AT_MOST = 1000
 
 
@@ -48,17 +50,8 @@ class ScratchDirs:
         """Remove the scratch folders of worker processes that no longer run."""
         removed = []
         for entry in self.root.glob("*") if self.root.is_dir() else []:
-            if entry.name.isdigit() and int(entry.name) != os.getpid() and not _alive(int(entry.name)):
+            if entry.name.isdigit() and int(entry.name) != os.getpid() and not process_alive(int(entry.name)):
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)
         return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
