@@ -75,7 +75,8 @@ async def test_run_status_and_refused_board(server_address, task_queue, make_wor
         assert [t["id"] for t in result["tasks"]] == ["T2.2", "T2.3", "T2.4"]  # T2.1 is [x] already
         assert all(t["landed"] for t in result["tasks"])
         assert {"wall_seconds", "task_seconds", "speedup", "pushes", "network_savings"} <= set(result["stats"])
-        shown = await cli(server_address, "status", f"run-{task_queue}", "--json", task_queue=task_queue)
+        assert result["workflow_id"] == f"run-{task_queue}"  # what `status` and `cancel` take
+        shown = await cli(server_address, "status", result["workflow_id"], "--json", task_queue=task_queue)
         status = json.loads(shown.stdout)
         assert status["status"] == "COMPLETED" and status["counts"]["landed"] == 3
         stats = await cli(server_address, "lessons", "stats", "--json", task_queue=task_queue)

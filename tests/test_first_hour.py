@@ -90,6 +90,8 @@ async def test_run_without_worker_says_so_then_ctrl_c_says_how_to_follow(
             live.proc.kill()
     assert code == 130, err
     assert "Traceback" not in err
+    # The hint printed at the start can be copied as it is: it carries the connection flags.
+    assert f"`taskfleet --address {server_address} status {run_id}` to check on it" in err
     last = err.strip().splitlines()[-1]
     assert "the run goes on" in last and f"status {run_id}" in last and f"cancel {run_id}" in last
     description = await client.get_workflow_handle(run_id).describe()

@@ -124,8 +124,13 @@ def _summary(result: OrchestratorResult, workflow_id: str) -> str:
     return summary_table(result) if listed else big_run_summary(result, workflow_id)
 
 
+def _connection_flags(args: argparse.Namespace) -> str:
+    """The connection flags this command was given, for commands we suggest to the user."""
+    return "".join(f" --{name} {value}" for name, value in (("address", args.address), ("namespace", args.namespace)) if value)
+
+
 def _how_to_follow(args: argparse.Namespace, workflow_id: str) -> str:
-    flags = "".join(f" --{name} {value}" for name, value in (("address", args.address), ("namespace", args.namespace)) if value)
+    flags = _connection_flags(args)
     return f"follow it with `taskfleet{flags} status {workflow_id}`, cancel it with `taskfleet{flags} cancel {workflow_id}`"
 
 
@@ -244,7 +249,8 @@ async def run_board(args: argparse.Namespace) -> int:
         return 2
     open_tasks = board.reference.open_tasks if isinstance(board, StoredBoard) else sum(1 for t in board.tasks if not t.done)
     if not args.json:
-        print(f"started {handle.id} ({open_tasks} tasks); `taskfleet status {handle.id}` to check on it", file=sys.stderr)
+        print(f"started {handle.id} ({open_tasks} tasks); `taskfleet{_connection_flags(args)} status {handle.id}` "
+              "to check on it", file=sys.stderr)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
@@ -263,7 +269,7 @@ async def run_board(args: argparse.Namespace) -> int:
         return 130
     try:
         if args.json:
-            write_result_json(sys.stdout, result)
+            write_result_json(sys.stdout, result, workflow_id=handle.id)
             sys.stdout.flush()
         else:
             print(_summary(result, handle.id), flush=True)

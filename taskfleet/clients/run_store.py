@@ -60,9 +60,12 @@ def run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
         yield outcome
 
 
-def write_result_json(out: TextIO, result: OrchestratorResult) -> int:
-    """`run --json`: the result object; a big run's `tasks` streamed from its run store."""
+def write_result_json(out: TextIO, result: OrchestratorResult, workflow_id: str = "") -> int:
+    """`run --json`: the result object (and the run's `workflow_id`, for `status` and `cancel`); a
+    big run's `tasks` streamed from its run store."""
     data = asdict(result)
+    if workflow_id:
+        data["workflow_id"] = workflow_id
     tasks = data.pop("tasks")
     if not result.run_ref or len(tasks) >= result.recorded:
         out.write(json.dumps({"tasks": tasks, **data}, indent=2) + "\n")
