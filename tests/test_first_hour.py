@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.clients.git_batcher import git_batch_workflow_id
 from taskfleet.clients.orchestrator import start_board
+from taskfleet.clients.pollers import workflow_pollers
 from taskfleet.core.boards import load_board
 from tests.conftest import GitRemoteFixture, eventually
 from tests.user_cli import TASKFLEET, LiveProcess, assert_one_line_refusal, taskfleet
@@ -67,6 +68,29 @@ async def test_run_checks_repo_base_and_remote_before_starting(
         repo = flags[1]
         remote = flags[3] if flags[2:3] == ["--remote"] else "origin"
         await assert_no_workflow(client, git_batch_workflow_id(repo, remote, task_queue=task_queue))
+
+
+async def test_run_just_after_the_worker_stopped_still_says_no_worker_takes_it(
+    server_address, task_queue, client, make_worker, git_remote: GitRemoteFixture, user_dir
+):
+    async with make_worker():
+        async def listed() -> None:
+            assert await workflow_pollers(client, task_queue)
+        await eventually(listed)
+    # The worker is gone, but the server goes on listing it as a poller for minutes.
+    assert await workflow_pollers(client, task_queue)
+    board = write_board(user_dir, [("S1", "`true`")])
+    live = await LiveProcess.start(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                                   "--run", "true", "--id", f"stale-{task_queue}", cwd=user_dir, task_queue=task_queue)
+    try:
+        await live.wait_for_stderr(f"no worker polls task queue '{task_queue}'")
+        await live.wait_for_stderr(f"`taskfleet-worker --address {server_address} --task-queue {task_queue}`")
+        live.proc.send_signal(signal.SIGINT)
+        code, _, err = await live.finish()
+    finally:
+        if live.proc.returncode is None:
+            live.proc.kill()
+    assert code == 130 and "Traceback" not in err
 
 
 async def test_run_without_worker_says_so_then_ctrl_c_says_how_to_follow(

@@ -33,7 +33,6 @@ from taskfleet.core.models.git_batch import GitBatchConfig
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.devserver.session import dev_server_session
-from taskfleet.plugin import TaskfleetPlugin
 from taskfleet.sample_remote import make_sample_remote
 
 # The example boards and the demo's seed repository ship as package data (`examples/` in a
@@ -112,6 +111,10 @@ async def _demo(args: argparse.Namespace) -> int:
         print(f"taskfleet: board refused: {err}", file=sys.stderr)
         return 2
     clone = prepare_demo_repo(state_dir / "demo")
+    # Imported here: the plugin brings the activities and the `anthropic` SDK (over a second of
+    # imports), which every other command (`--help`, `run`, `status`) does without.
+    from taskfleet.plugin import TaskfleetPlugin
+
     async with dev_server_session(config, state_dir) as session:
         worker = Worker(
             session.client,

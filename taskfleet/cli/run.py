@@ -20,7 +20,7 @@ from taskfleet.cli.common import client_for
 from taskfleet.cli.preflight import check_clone
 from taskfleet.clients.board_store import StoredBoard, board_settings, read_board_head, store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
-from taskfleet.clients.pollers import workflow_pollers
+from taskfleet.clients.pollers import MISSING, WORKING, run_worker_state
 from taskfleet.clients.run_store import RunStoreError, write_result_json, write_status_json
 from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.boards import BoardError, load_board
@@ -134,24 +134,24 @@ def _how_to_follow(args: argparse.Namespace, workflow_id: str) -> str:
     return f"follow it with `taskfleet{flags} status {workflow_id}`, cancel it with `taskfleet{flags} cancel {workflow_id}`"
 
 
-async def _notice_without_pollers(client: Client, task_queue: str, notice_after: float = 3.0) -> None:
-    """Say (once, on stderr) when no worker polls the run's task queue, and again when one does."""
+async def _notice_without_worker(client: Client, handle: WorkflowHandle, task_queue: str, flags: str = "",
+                                 notice_after: float = 3.0) -> None:
+    """Say (once, on stderr) when no worker takes the run's workflow tasks, and again when one does."""
     deadline = time.monotonic() + notice_after
     said = False
     while True:
         try:
-            polling = bool(await workflow_pollers(client, task_queue))
+            state = await run_worker_state(client, handle, task_queue, notice_after)
         except RPCError:
-            return  # no permission to describe task queues: stay quiet rather than guess
-        if polling and said:
-            print(f"taskfleet: a worker polls {task_queue} now", file=sys.stderr, flush=True)
+            return  # no permission to describe task queues or the run: stay quiet rather than guess
+        if state == WORKING:
+            if said:
+                print(f"taskfleet: a worker polls {task_queue} now", file=sys.stderr, flush=True)
             return
-        if polling:
-            return
-        if not said and time.monotonic() >= deadline:
+        if state == MISSING and not said and time.monotonic() >= deadline:
             print(
                 f"taskfleet: no worker polls task queue {task_queue!r}; the run waits until one does "
-                f"(start one: `taskfleet-worker --task-queue {task_queue}`, or `make worker`). Still waiting...",
+                f"(start one: `taskfleet-worker{flags} --task-queue {task_queue}`). Still waiting...",
                 file=sys.stderr, flush=True,
             )
             said = True
@@ -254,7 +254,7 @@ async def run_board(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    pollers = asyncio.ensure_future(_notice_without_pollers(client, args.task_queue))
+    pollers = asyncio.ensure_future(_notice_without_worker(client, handle, args.task_queue, _connection_flags(args)))
     try:
         result = await watch(handle, open_tasks, show=not args.json and sys.stderr.isatty(), stop=stop)
     except WorkflowFailureError as err:
