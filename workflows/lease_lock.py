@@ -15,6 +15,7 @@ bad signal is kept as a bounded description under `rejected` in the `holders` qu
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
@@ -341,34 +342,48 @@ class LeaseLockWorkflow:
         self._refresh_details()
         return self._answer(LEASE_GRANTED, ref.holder)
 
-    @workflow.update(name=UPDATE_RENEW)
-    def renew(self, *args: Any) -> LeaseGrant:
-        """Push the lease's end to `lease_seconds` from now; `lost` if this token no longer holds it."""
+    # --- renew and release: an update and a signal each, all guarded the same way ----------------
+
+    def _as_update(self, name: str, args: Any, act: Callable[[LeaseRef], LeaseGrant]) -> LeaseGrant:
+        """An update's answer: a bad message is a `rejected` grant, never an exception (which would
+        wedge the lock)."""
         try:
-            return self._renew(parse_lease_ref(args, "renew"))
+            return act(parse_lease_ref(args, name))
         except InvalidLeaseMessage as err:
             return LeaseGrant(status=LEASE_REJECTED, resource=self.config.resource, reason=str(err))
         except Exception as err:  # noqa: BLE001 - an exception out of a handler would wedge the lock
-            return self._failed(UPDATE_RENEW, args, err)
+            return self._failed(name, args, err)
 
-    @renew.validator
-    def _validate_renew(self, *args: Any) -> None:
+    def _as_signal(self, name: str, args: Any, act: Callable[[LeaseRef], LeaseGrant]) -> Optional[LeaseGrant]:
+        """A signal's effect: a bad message is kept under `rejected` (a signal has no answer)."""
         try:
-            parse_lease_ref(args, "renew")
+            return act(parse_lease_ref(args, name))
+        except InvalidLeaseMessage as err:
+            self._reject(name, args, str(err))
+        except Exception as err:  # noqa: BLE001 - nothing escapes a signal handler (it would wedge us)
+            self._reject(name, args, f"{type(err).__name__}: {err}")
+        return None
+
+    @staticmethod
+    def _validate_ref(args: Any, name: str) -> None:
+        try:
+            parse_lease_ref(args, name)
         except InvalidLeaseMessage as err:
             raise _refused(err) from None
 
+    @workflow.update(name=UPDATE_RENEW)
+    def renew(self, *args: Any) -> LeaseGrant:
+        """Push the lease's end to `lease_seconds` from now; `lost` if this token no longer holds it."""
+        return self._as_update(UPDATE_RENEW, args, self._renew)
+
+    @renew.validator
+    def _validate_renew(self, *args: Any) -> None:
+        self._validate_ref(args, UPDATE_RENEW)
+
     @workflow.signal(name=SIGNAL_RENEW_LEASE)
     def renew_lease(self, *args: Any) -> None:
-        try:
-            grant = self._renew(parse_lease_ref(args, "renew_lease"))
-        except InvalidLeaseMessage as err:
-            self._reject(SIGNAL_RENEW_LEASE, args, str(err))
-            return
-        except Exception as err:  # noqa: BLE001 - nothing escapes a signal handler (it would wedge us)
-            self._reject(SIGNAL_RENEW_LEASE, args, f"{type(err).__name__}: {err}")
-            return
-        if grant.status == LEASE_LOST:
+        grant = self._as_signal(SIGNAL_RENEW_LEASE, args, self._renew)
+        if grant is not None and grant.status == LEASE_LOST:
             workflow.logger.info("renew_lease: %s", grant.reason)
 
     # --- release --------------------------------------------------------------------------------
@@ -396,29 +411,16 @@ class LeaseLockWorkflow:
     @workflow.update(name=UPDATE_RELEASE)
     def release(self, *args: Any) -> LeaseGrant:
         """Give the lease (token > 0) or a place in the queue (token 0) back; the next waiter gets it."""
-        try:
-            return self._release(parse_lease_ref(args, "release"))
-        except InvalidLeaseMessage as err:
-            return LeaseGrant(status=LEASE_REJECTED, resource=self.config.resource, reason=str(err))
-        except Exception as err:  # noqa: BLE001 - an exception out of a handler would wedge the lock
-            return self._failed(UPDATE_RELEASE, args, err)
+        return self._as_update(UPDATE_RELEASE, args, self._release)
 
     @release.validator
     def _validate_release(self, *args: Any) -> None:
-        try:
-            parse_lease_ref(args, "release")
-        except InvalidLeaseMessage as err:
-            raise _refused(err) from None
+        self._validate_ref(args, UPDATE_RELEASE)
 
     @workflow.signal(name=SIGNAL_RELEASE_LEASE)
     def release_lease(self, *args: Any) -> None:
         """For a caller that cannot wait for an answer (a `finally` while its task is cancelled)."""
-        try:
-            self._release(parse_lease_ref(args, "release_lease"))
-        except InvalidLeaseMessage as err:
-            self._reject(SIGNAL_RELEASE_LEASE, args, str(err))
-        except Exception as err:  # noqa: BLE001 - nothing escapes a signal handler (it would wedge us)
-            self._reject(SIGNAL_RELEASE_LEASE, args, f"{type(err).__name__}: {err}")
+        self._as_signal(SIGNAL_RELEASE_LEASE, args, self._release)
 
     # --- what people see ------------------------------------------------------------------------
 
