@@ -377,6 +377,7 @@ class LLMActivities:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
+        self.tasks.refuse_state_dir_inside(task.id, task_input.repo)
         try:
             base_commit = resolve(task_input.repo, task_input.base, task_input.remote)
             resumed = await self.tasks.worktrees.resumable(

@@ -105,6 +105,16 @@ class TaskActivities:
         self.claims = BranchClaims()
         self._trees: dict[tuple[str, str], str] = {}  # (clone, commit) -> its tree
 
+    def refuse_state_dir_inside(self, task_id: str, repo: str) -> None:
+        """A task must not run when the worker's state dir (worktrees, logs) is inside its clone."""
+        if state_inside(self.settings.state_dir, repo):
+            raise ApplicationError(
+                f"task {task_id}: the worker's state dir {self.settings.state_dir} is inside the clone "
+                f"{repo}; task worktrees and logs would land in the repository. Start the worker "
+                f"with --state-dir (or TASKFLEET_STATE_DIR) outside {repo}",
+                type="BadTaskSetup", non_retryable=True,
+            )
+
     def prune_stale(self) -> list[Path]:
         """At worker start: kill a crashed worker's executors, then remove its worktrees."""
         self.executors.reap_dead()
@@ -158,13 +168,7 @@ class TaskActivities:
             if result.status == TASK_FAILED and result.failure_type:
                 await self._record_lesson(params, result)
             return result
-        if state_inside(self.settings.state_dir, params.repo):
-            raise ApplicationError(
-                f"task {task.id}: the worker's state dir {self.settings.state_dir} is inside the clone "
-                f"{params.repo}; task worktrees and logs would land in the repository. Start the worker "
-                f"with --state-dir (or TASKFLEET_STATE_DIR) outside {params.repo}",
-                type="BadTaskSetup", non_retryable=True,
-            )
+        self.refuse_state_dir_inside(task.id, params.repo)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         try:
             base_commit = resolve(params.repo, params.base, params.remote)

@@ -79,6 +79,7 @@ async def test_run_status_and_refused_board(server_address, task_queue, make_wor
         shown = await cli(server_address, "status", result["workflow_id"], "--json", task_queue=task_queue)
         status = json.loads(shown.stdout)
         assert status["status"] == "COMPLETED" and status["counts"]["landed"] == 3
+        assert [t["id"] for t in status["tasks"]] == ["T2.2", "T2.3", "T2.4"]  # board order, as `run --json`
         stats = await cli(server_address, "lessons", "stats", "--json", task_queue=task_queue)
         assert json.loads(stats.stdout)["lessons"] == 0
     assert git_remote.remote_ref("task/T2.4")

@@ -16,6 +16,7 @@ from taskfleet.core.llm_ids import llm_batch_workflow_id, llm_task_workflow_id
 from taskfleet.core.models.llm import LLMBatchStatus
 from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import QUERY_LLM_STATUS
+from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.llm_standin import StandIn
 from taskfleet.llm_standin.server import FAKE_API_KEY
 from tests.conftest import GitRemoteFixture, git, save_history
@@ -128,6 +129,15 @@ async def test_direct_mode_makes_one_call_per_request(client, make_worker, task_
     assert_landed(result, git_remote)
     assert standin.calls["messages.create"] == 3 and standin.calls["batches.create"] == 0
     assert result.stats.llm_api_calls == 3 and result.stats.llm_requests == 3
+
+
+async def test_state_dir_inside_the_clone_is_refused_naming_both(client, make_worker, task_queue, git_remote, standin):
+    inside = TaskfleetSettings(state_dir=git_remote.clone / "state")
+    async with make_worker(settings=inside):
+        result = await run(client, task_queue, git_remote, llm_board(1, llm_batch=False))
+    task = result.tasks[0]
+    assert task.status == "failed" and not task.landed
+    assert str(git_remote.clone / "state") in task.reason and f"clone {git_remote.clone}" in task.reason, task.reason
 
 
 async def test_a_fix_round_succeeds_and_the_failure_becomes_a_lesson(client, make_worker, task_queue, git_remote,

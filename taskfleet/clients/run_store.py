@@ -86,16 +86,18 @@ def _with_recent(stored: Iterator[dict[str, Any]], recent: list[dict[str, Any]])
 
 def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
                       result: OrchestratorResult | None = None) -> int:
-    """`status --json`: state and progress; `tasks` every outcome in the run store (a running run:
-    then the tasks in flight), or the result's tasks for a run that predates the store."""
+    """`status --json`: state and progress; `tasks` every outcome: a finished run's from its result
+    when that holds them all (board order), else from the run store (a running run: then the
+    tasks in flight); a run that predates the store from its result or progress."""
     data = asdict(progress)
     data.pop("tasks")
     head = {"status": state, "counts": data.pop("counts"), "running": data.pop("running")}
     tail = {**data, **({"stats": asdict(result.stats)} if result is not None else {})}
-    if not progress.run_ref:  # an inline run of an older version: everything is in the result/progress
-        tasks: Iterator[dict[str, Any]] = iter(
-            [asdict(t) for t in result.tasks] if result is not None else [asdict(t) for t in progress.tasks]
-        )
+    if result is not None and result.tasks and len(result.tasks) >= result.recorded:
+        # A finished run whose result holds every outcome: those, in board order (as `run --json`).
+        tasks: Iterator[dict[str, Any]] = iter([asdict(t) for t in result.tasks])
+    elif not progress.run_ref:  # an inline run of an older version: everything is in the result/progress
+        tasks = iter([asdict(t) for t in result.tasks] if result is not None else [asdict(t) for t in progress.tasks])
     else:
         finished = run_outcomes(progress.repo, progress.run_ref)
         if result is None:  # running: the store, then the finished tasks not yet written there, then those in flight
