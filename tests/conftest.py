@@ -11,7 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import pytest
 from temporalio.client import Client
@@ -147,6 +147,18 @@ def save_history(name: str, history_json: str) -> None:
                 return
 
 
+def kill_process_group(proc: subprocess.Popen, out: IO) -> None:
+    """SIGKILL a process's whole group (no clean-up runs, as when a node dies), reap it, close its log."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    out.close()
+
+
 class WorkerProcess:
     """`python worker.py` in its own process group, so a test can SIGKILL it with its children."""
 
@@ -174,14 +186,7 @@ class WorkerProcess:
         await eventually(check, timeout=timeout)
 
     def kill_group(self) -> None:
-        import signal
-
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self.out.close()
+        kill_process_group(self.proc, self.out)
 
     def interrupt(self, timeout: float = 60.0) -> int:
         import signal

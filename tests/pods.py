@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, eventually
+from tests.conftest import ROOT, eventually, kill_process_group
 
 # sh runs inside the new namespace: mount the private tmpfs, then become the worker.
 _MOUNT_AND_EXEC = 'mount -t tmpfs -o size=256m "taskfleet-$TASKFLEET_POD_ID" "$1" && shift && exec "$@"'
@@ -100,14 +100,8 @@ class Pod:
 
     def kill(self) -> None:
         """SIGKILL the pod's whole process group: no clean-up runs, as when a node dies."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self.out.close()
+        if self.proc is not None:
+            kill_process_group(self.proc, self.out)
 
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM and wait: the worker's graceful shutdown."""

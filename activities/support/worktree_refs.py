@@ -16,10 +16,10 @@ the git commands instead, which give the authoritative answer.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from taskfleet.core.git_op_validation import branch_name_problem
+from taskfleet.core.loose_objects import NotPlain, ready_ref_path, write_locked
 
 
 class RefWriteRefused(Exception):
@@ -52,23 +52,13 @@ def common_dir(admin: Path) -> Path:
 
 
 def _write_locked(path: Path, content: str) -> None:
-    """Write `path` as git does: exclusive `<path>.lock`, then rename over `path`."""
-    lock = path.with_name(path.name + ".lock")
+    """Write `path` as git does (`loose_objects.write_locked`); RefWriteRefused when it cannot."""
     try:
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileExistsError:
-        raise RefWriteRefused(f"{lock} exists (another git process holds it)") from None
-    except OSError as err:
-        raise RefWriteRefused(f"{lock}: {err}") from None
-    try:
-        try:
-            os.write(fd, content.encode())
-        finally:
-            os.close(fd)
-        os.rename(lock, path)
-    except OSError as err:
-        lock.unlink(missing_ok=True)
-        raise RefWriteRefused(f"{path}: {err}") from None
+        written = write_locked(path, content)
+    except NotPlain as err:
+        raise RefWriteRefused(str(err)) from None
+    if not written:
+        raise RefWriteRefused(f"{path}.lock exists (another git process holds it)")
 
 
 def point_branch(worktree: Path, branch: str, commit: str) -> None:
@@ -79,17 +69,10 @@ def point_branch(worktree: Path, branch: str, commit: str) -> None:
     admin = admin_dir(worktree)
     heads = common_dir(admin) / "refs" / "heads"
     ref = heads.joinpath(*branch.split("/"))
-    for parent in ref.parents:  # `task/x` cannot be written while a branch `task` exists
-        if parent == heads:
-            break
-        if parent.exists() and not parent.is_dir():
-            raise RefWriteRefused(f"{parent} is a ref, not a folder")
-    if ref.is_dir():
-        raise RefWriteRefused(f"{ref} is a folder of refs")
     try:
-        ref.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RefWriteRefused(f"{ref.parent}: {err}") from None
+        ready_ref_path(heads, ref)
+    except NotPlain as err:
+        raise RefWriteRefused(str(err)) from None
     _write_locked(ref, commit + "\n")
     _write_locked(admin / "HEAD", f"ref: refs/heads/{branch}\n")
 

@@ -96,8 +96,8 @@ def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
     if result is not None and result.tasks and len(result.tasks) >= result.recorded:
         # A finished run whose result holds every outcome: those, in board order (as `run --json`).
         tasks: Iterator[dict[str, Any]] = iter([asdict(t) for t in result.tasks])
-    elif not progress.run_ref:  # an inline run of an older version: everything is in the result/progress
-        tasks = iter([asdict(t) for t in result.tasks] if result is not None else [asdict(t) for t in progress.tasks])
+    elif not progress.run_ref:  # an inline run of an older version: a running one's tasks are in progress
+        tasks = iter([asdict(t) for t in progress.tasks] if result is None else [])
     else:
         finished = run_outcomes(progress.repo, progress.run_ref)
         if result is None:  # running: the store, then the finished tasks not yet written there, then those in flight

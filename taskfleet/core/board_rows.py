@@ -27,6 +27,7 @@ from taskfleet.core.boards import (
     _cells,
     _defaults,
     _with_defaults,
+    spec_from_row,
     validate_board,
 )
 from taskfleet.core.models.orchestrator import Board, TaskSpec
@@ -345,15 +346,7 @@ def task_from_row(raw: RawTask, head: BoardHead, source: str) -> TaskSpec:
     if raw.error:
         raise BoardError(raw.error)
     row = raw.row or {}
-    allowed = TASK_KEYS if head.rows == ROWS_TOML else SPEC_KEYS
-    unknown = sorted(set(row) - allowed)
-    if unknown:
-        raise BoardError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    try:
-        spec = TaskSpec(**{"id": "", **row})
-    except TypeError as err:
-        raise BoardError(f"{where}: {err}") from None
-    spec = _with_defaults(spec, head.settings, set(row), where)
+    spec = spec_from_row(row, TASK_KEYS if head.rows == ROWS_TOML else SPEC_KEYS, head.settings, where)
     validate_board(Board(tasks=[spec], **_board_settings(head.settings)), where)
     return spec
 

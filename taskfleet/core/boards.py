@@ -114,14 +114,7 @@ def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) ->
         where = f"{source}: [[tasks]] #{number}" + (f" ({row.get('id')})" if isinstance(row, dict) and row.get("id") else "")
         if not isinstance(row, dict):
             raise BoardError(f"{where}: must be a table")
-        unknown = sorted(set(row) - TASK_KEYS)
-        if unknown:
-            raise BoardError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(TASK_KEYS))}")
-        try:
-            spec = TaskSpec(**{"id": "", **row})
-        except TypeError as err:
-            raise BoardError(f"{where}: {err}") from None
-        tasks.append(_with_defaults(spec, settings, set(row), where))
+        tasks.append(spec_from_row(row, TASK_KEYS, settings, where))
     name = str(settings.get("name") or Path(source).stem)
     return validate_board(Board(tasks=tasks, name=name, format="toml", **_board_settings(settings)), source)
 
@@ -139,6 +132,19 @@ def _board_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree",
                *LLM_KEYS)
+
+
+def spec_from_row(row: dict[str, Any], allowed: set[str] | frozenset[str], settings: dict[str, Any],
+                  where: str) -> TaskSpec:
+    """A task row (only `allowed` keys) as a TaskSpec with the board's defaults; BoardError naming `where`."""
+    unknown = sorted(set(row) - allowed)
+    if unknown:
+        raise BoardError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    try:
+        spec = TaskSpec(**{"id": "", **row})
+    except TypeError as err:
+        raise BoardError(f"{where}: {err}") from None
+    return _with_defaults(spec, settings, set(row), where)
 
 
 def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str], where: str) -> TaskSpec:

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,37 +155,54 @@ def _packed(common: Path, ref: str) -> str | None:
     return None
 
 
-def update_ref(repo: str | Path, ref: str, new: str, old: str | None, check_old: bool = True) -> bool:
-    """Point `ref` at `new` if it still points at `old` (None: only if it does not exist); with
-    `check_old=False`, whatever it points at. False when it moved, or another writer holds its lock."""
-    path = _ref_path(repo, ref)
+def ready_ref_path(root: Path, path: Path) -> None:
+    """Make the folders of ref file `path` under `root`; NotPlain when a ref of a shorter name is in
+    the way (`task/x` cannot be written while a ref `task` exists) or `path` is a folder of refs."""
     for parent in path.parents:
-        if parent == layout(repo).common_dir:
+        if parent == root:
             break
         if parent.exists() and not parent.is_dir():
             raise NotPlain(f"{parent} is a ref, not a folder")
+    if path.is_dir():
+        raise NotPlain(f"{path} is a folder of refs")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise NotPlain(f"{path.parent}: {err}") from None
+
+
+def write_locked(path: Path, content: str, precondition: Callable[[], bool] | None = None) -> bool:
+    """Replace `path` as git does: `<path>.lock` created exclusively, `precondition` checked under
+    it, the content written, the lock renamed over `path`. False when another writer holds the
+    lock or the precondition fails; NotPlain when the file system refuses."""
     lock = path.with_name(path.name + ".lock")
     try:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
-        return False  # another writer is changing it: the caller's compare-and-swap retries
+        return False  # another writer is changing it
     except OSError as err:
         raise NotPlain(f"{lock}: {err}") from None
     renamed = False
     try:
         try:
-            if check_old and read_ref(repo, ref) != old:
+            if precondition is not None and not precondition():
                 return False
-            os.write(fd, (new + "\n").encode())
+            os.write(fd, content.encode())
         finally:
             os.close(fd)
         os.rename(lock, path)
         renamed = True
         return True
+    except OSError as err:
+        raise NotPlain(f"{path}: {err}") from None
     finally:
         if not renamed:  # only our own lock: once renamed, a lock there is another writer's
             lock.unlink(missing_ok=True)
+
+
+def update_ref(repo: str | Path, ref: str, new: str, old: str | None, check_old: bool = True) -> bool:
+    """Point `ref` at `new` if it still points at `old` (None: only if it does not exist); with
+    `check_old=False`, whatever it points at. False when it moved, or another writer holds its lock."""
+    path = _ref_path(repo, ref)
+    ready_ref_path(layout(repo).common_dir, path)
+    return write_locked(path, new + "\n", (lambda: read_ref(repo, ref) == old) if check_old else None)
