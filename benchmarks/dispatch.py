@@ -7,8 +7,15 @@ ceil(N / c) * d / wall; what is taskfleet's is the ratio taskfleet / baseline (t
 absolute floor). Cases with worktrees compare against the same task written with the bare SDK
 (`worktree_commit_push`: a worktree on its own branch, the two processes, a commit and a push of
 the branch per task); the ratio against a baseline that only adds and removes a worktree (no
-commit, no push) is printed beside it. Every taskfleet task runs with `refresh` (no result cache). Also: 1,000 no-op tasks (ms per task) and, in full mode, a
-2,000-task board under a forced small history limit. Prints JSON, with the load average.
+commit, no push) is printed beside it. Every taskfleet task runs with `refresh` (no result cache).
+
+`ratio_with_over_without_worktrees` is taskfleet's own efficiency with worktrees over without, per
+case measured both ways; `git_work_floor` times, alone, the git work a with-worktrees task adds (its
+`add -A` + `commit`, and one push of the run's branches), and `..._best_possible` is the ratio that
+work alone would leave if every signal, activity and claim cost nothing.
+
+Also: 1,000 no-op tasks (ms per task) and, in full mode, a 2,000-task board under a forced small
+history limit. Prints JSON, with the load average.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import math
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -106,13 +114,65 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
     return figures
 
 
+def git_work_floor(root: Path, n: int) -> dict:
+    """What a with-worktrees task must do and a task without one does not, timed alone (one git
+    process at a time, no run in flight): `git add -A` + `git commit` of one new file in its own
+    worktree, and one push of the n task branches to a bare remote. No scheduling can make a
+    with-worktrees run cheaper than this on this machine: the figures bound the with/without ratio."""
+    fx = make_git_remote(root)
+    branches = [f"floor/t{i}" for i in range(n)]
+    trees = [root / f"wt{i}" for i in range(n)]
+    for branch, tree in zip(branches, trees):
+        subprocess.run(["git", "worktree", "add", "-q", "-b", branch, str(tree), "HEAD"], cwd=fx.clone, check=True)
+    commits = []
+    for tree in trees:
+        (tree / "done.txt").write_text(tree.name)
+        started = time.perf_counter()
+        subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
+        subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "-m", tree.name],
+                       cwd=tree, check=True)
+        commits.append(time.perf_counter() - started)
+    pushes = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run(["git", "push", "-q", "--force", "origin", *branches], cwd=fx.clone, check=True)
+        pushes.append(time.perf_counter() - started)
+        subprocess.run(["git", "push", "-q", "origin", *[f":{b}" for b in branches]], cwd=fx.clone, check=True)
+    commit_ms, push_ms = 1000 * statistics.median(commits), 1000 * statistics.median(pushes)
+    cpus = os.cpu_count() or 1
+    return {
+        "tasks": n,
+        "add_commit_ms_per_task": round(commit_ms, 1),
+        f"push_{n}_branches_ms": round(push_ms, 1),
+        # n commits share the cores when the tasks end together, then one push: the least a run adds
+        "least_added_ms": round(commit_ms * math.ceil(n / cpus) + push_ms, 1),
+    }
+
+
+def with_over_without(compared: dict, floor: dict) -> dict:
+    """Efficiency with worktrees / without, for each case measured both ways; for the case of the
+    floor's size, also the best ratio the git work alone allows: the without-worktrees wall plus
+    `least_added_ms`, before any signal, activity or claim."""
+    ratios = {}
+    for key, figures in compared.items():
+        plain = compared.get(key.removesuffix("_with_worktrees"))
+        if not figures["worktrees"] or plain is None:
+            continue
+        ratios[key] = round(figures["taskfleet_efficiency"] / plain["taskfleet_efficiency"], 3)
+        if figures["tasks"] == floor["tasks"]:
+            ideal = math.ceil(figures["tasks"] / figures["concurrency"]) * figures["task_seconds"]
+            wall = ideal / plain["taskfleet_efficiency"]
+            ratios[f"{key}_best_possible"] = round(wall / (wall + floor["least_added_ms"] / 1000), 3)
+    return ratios
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each: seconds")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side per case (full mode)")
     args = parser.parse_args()
     if args.quick:
-        cases = {"20x0.1s_c10": (20, 0.1, 10, False), "9x0.2s_c9_with_worktrees": (9, 0.2, 9, True)}
+        cases = {"9x0.2s_c9": (9, 0.2, 9, False), "9x0.2s_c9_with_worktrees": (9, 0.2, 9, True)}
         repeat, noop = 1, (100, 50)
     else:
         cases = {
@@ -139,6 +199,8 @@ async def main() -> None:
                     figures["2000_noop_c100_history_limit_2000"] = await run_case(
                         client, fx.clone, 2000, 0, 100, max_history_events=2000
                     )
+        figures["git_work_floor"] = git_work_floor(Path(tmp) / "floor", 9)
+        figures["ratio_with_over_without_worktrees"] = with_over_without(figures["compare"], figures["git_work_floor"])
     figures["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     emit(figures)
 

@@ -133,11 +133,11 @@ async def run(args: argparse.Namespace) -> None:
             session = await stack.enter_async_context(
                 dev_server_session(config, state_dir, args.ui_port, runtime)
             )
-            client, ui_url = session.client, session.ui_url
+            client, ui = session.client, f" ui={session.ui_url}"
             origin = "started the embedded dev server" if session.started_here else "reusing the server"
         else:
             client = await connect(config, runtime)
-            ui_url = "the cluster's Web UI"
+            ui = ""  # a cluster's Web UI address is not something a worker can know
             origin = "connected"
         worker = Worker(
             client,
@@ -150,8 +150,8 @@ async def run(args: argparse.Namespace) -> None:
         metrics = f" metrics=http://{args.metrics_address}/metrics" if args.metrics_address else ""
         version = f" deployment_version={versioning.version.to_canonical_string()}" if versioning else ""
         print(
-            f"taskfleet worker: {origin}, {describe(config)} task_queue={args.task_queue} "
-            f"ui={ui_url}{metrics}{version} pid={os.getpid()}",
+            f"taskfleet worker: {origin}, {describe(config)} task_queue={args.task_queue}"
+            f"{ui}{metrics}{version} pid={os.getpid()}",
             flush=True,
         )
         # Run as a task so that a failed start (a template that does not compile, say) ends us

@@ -46,3 +46,7 @@ def test_benchmark_runs_quick_and_prints_json(script: str):
     assert figures.get("quick") is True, f"{script} did not take --quick"
     if script == "dispatch.py":
         assert all(any("ratio" in key for key in case) for case in figures["compare"].values())
+        # the worktree floor is this ratio: quick mode measures a pair too, so it prints
+        assert set(figures["ratio_with_over_without_worktrees"]) == {
+            "9x0.2s_c9_with_worktrees", "9x0.2s_c9_with_worktrees_best_possible"}
+        assert figures["git_work_floor"]["least_added_ms"] > 0
