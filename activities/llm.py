@@ -12,7 +12,6 @@ import asyncio
 import fnmatch
 import os
 import time
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,11 @@ from git import Repo
 from git.exc import GitCommandError
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
-from taskfleet.activities.services.template_cache import TEMPLATE_SUFFIXES, TemplateCache, TemplateRenderError
+from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.support.executor import run_command, tail
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
+from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, resolve
 from taskfleet.activities.task_runner import task_file_stem
 from temporalio import activity
@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.ids import slug
 from taskfleet.core.llm_settings import LLMSettings
-from taskfleet.core.models.lessons import Lesson, LessonQuery
+from taskfleet.core.models.lessons import Lesson
 from taskfleet.core.models.llm import (
     REPLY_ERRORED,
     REPLY_FAILED,
@@ -66,7 +66,6 @@ from taskfleet.core.names import (
     SIGNAL_LLM_SUBMIT,
 )
 
-PROMPT_LESSONS = 10
 TOOL_NAME = "apply_edits"
 APPLY_EDITS_TOOL = {
     "name": TOOL_NAME,
@@ -171,7 +170,7 @@ class LLMActivities:
         turn, one forced tool), its cache key, and the cached edits if the key was seen before."""
         task = params.task
         base_commit, tree, files = await asyncio.to_thread(self._read_base, params)
-        system = self._system_prompt(params)
+        system = await render_task_prompt(self.templates, self.lessons, params)
         user = [f"Task id: {task.id}", f"Scope: {task.scope}", f"Branch: {task.branch} (from {params.base})"]
         if task.acceptance:
             user.append(f"Acceptance: {task.acceptance}")
@@ -198,20 +197,6 @@ class LLMActivities:
         if cached is not None and isinstance(cached.get("edits"), list):
             prepared.cached_edits, prepared.cached_summary = cached["edits"], str(cached.get("summary", ""))
         return prepared
-
-    def _system_prompt(self, params: TaskInput) -> str:
-        task = params.task
-        query = LessonQuery(task_type=task.task_type, activity_type=task.activity_type, limit=PROMPT_LESSONS)
-        lessons = [asdict(m.lesson) for m in self.lessons.query(query)]
-        context = {"task": asdict(task), "board": {"base": params.base, "land": params.land}, "lessons": lessons}
-        try:
-            if task.template.endswith(TEMPLATE_SUFFIXES) and "{" not in task.template:
-                text = self.templates.render(task.template, context).text
-            else:
-                text = self.templates.render_inline(task.template, context).text
-        except TemplateRenderError as err:
-            raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
-        return text
 
     def _read_base(self, params: TaskInput) -> tuple[str, str, list[tuple[str, str]]]:
         """Base commit, its tree, and the `context` files read from it (bounded in total size)."""

@@ -6,18 +6,13 @@ import asyncio
 import hashlib
 import os
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
-from taskfleet.activities.services.template_cache import (
-    TEMPLATE_SUFFIXES,
-    TemplateCache,
-    TemplateRenderError,
-)
+from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHeld, NotAClone
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
@@ -26,6 +21,7 @@ from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, Execut
 from taskfleet.activities.support.git_async import Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
+from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktree_refs import RefWriteRefused, head_branch
 from taskfleet.activities.support.worktrees import (
     RUN_TRAILER,
@@ -42,7 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from taskfleet.core.git_batch_start import op_payload, with_start_options
 from taskfleet.core.ids import landing_op_id, slug
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
-from taskfleet.core.models.lessons import Lesson, LessonQuery
+from taskfleet.core.models.lessons import Lesson
 from taskfleet.core.models.orchestrator import (
     TASK_FAILED,
     TASK_SUCCEEDED,
@@ -58,7 +54,6 @@ from taskfleet.core.names import (
 )
 from taskfleet.core.settings import TaskfleetSettings
 
-PROMPT_LESSONS = 10
 # A prompt up to this size also reaches the executor in TASKFLEET_PROMPT; any size by file.
 PROMPT_IN_ENV_BYTES = 32 * 1024
 TREE_CACHE_ENTRIES = 4096
@@ -312,23 +307,11 @@ class TaskActivities:
 
     async def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""
-        prompt = await self._prompt(params)
+        prompt = await render_task_prompt(self.templates, self.lessons, params)
         prompt_file = log_path.parent / f"{log_path.stem}.prompt.md"
         # Creating a file can wait on the disk for a millisecond: not on the event loop.
         await asyncio.to_thread(_write_new_file, prompt_file, prompt)
         return prompt_file, prompt
-
-    async def _prompt(self, params: TaskInput) -> str:
-        task = params.task
-        query = LessonQuery(task_type=task.task_type, activity_type=task.activity_type, limit=PROMPT_LESSONS)
-        lessons = [asdict(m.lesson) for m in self.lessons.query(query)]
-        context = {"task": asdict(task), "board": {"base": params.base, "land": params.land}, "lessons": lessons}
-        try:
-            if task.template.endswith(TEMPLATE_SUFFIXES) and "{" not in task.template:
-                return self.templates.render(task.template, context).text
-            return (await self.templates.render_with_limit(task.template, context)).text
-        except TemplateRenderError as err:
-            raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
 
     async def _land(self, params: TaskInput, result: TaskResult) -> None:
         """Hand the branch to the clone's GitBatchWorkflow; it tells the orchestrator when it lands."""

@@ -1,0 +1,34 @@
+"""A task's prompt: its template rendered with the task, its board and the lessons of its kind.
+
+Command tasks (whose executor gets it as `TASKFLEET_PROMPT`) and Claude tasks (where it is the
+system prompt) render the same context, so one template serves both; a board's inline template is
+stopped after the template cache's time limit in either, and a template that fails is the task's
+non-retryable `TemplateError` (retrying renders the same text again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from taskfleet.activities.services.lessons_index import LessonsIndex
+from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
+from temporalio.exceptions import ApplicationError
+
+from taskfleet.core.models.lessons import LessonQuery
+from taskfleet.core.models.orchestrator import TaskInput
+
+PROMPT_LESSONS = 10  # past failures of the task's kind shown in its prompt
+
+
+async def render_task_prompt(templates: TemplateCache, lessons: LessonsIndex, params: TaskInput) -> str:
+    task = params.task
+    query = LessonQuery(task_type=task.task_type, activity_type=task.activity_type, limit=PROMPT_LESSONS)
+    context = {
+        "task": asdict(task),
+        "board": {"base": params.base, "land": params.land},
+        "lessons": [asdict(m.lesson) for m in lessons.query(query)],
+    }
+    try:
+        return (await templates.render_with_limit(task.template, context)).text
+    except TemplateRenderError as err:
+        raise ApplicationError(f"task {task.id}: {err}", type="TemplateError", non_retryable=True) from None
