@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +18,8 @@ from temporalio.worker import Worker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from taskfleet.clients.orchestrator import start_board  # noqa: E402
+from taskfleet.core.models.orchestrator import Board, OrchestratorResult  # noqa: E402
 from taskfleet.core.search_attributes import ALL  # noqa: E402
 from taskfleet.core.settings import TaskfleetSettings  # noqa: E402
 from taskfleet.devserver.server import find_temporal_cli  # noqa: E402
@@ -55,6 +58,15 @@ async def temporal_worker(task_queue: str, state_dir: Path, **worker_kwargs) -> 
             yield env.client
     finally:
         await env.shutdown()
+
+
+async def run_board(client: Client, board: Board, repo: Path, **options) -> tuple[OrchestratorResult, float]:
+    """Start a board as `taskfleet run` does (stored in the clone) and wait for its result; with
+    the wall seconds from before the start to the result, as a user waits for it."""
+    started = time.perf_counter()
+    handle = await start_board(client, board, str(repo), **options)
+    result = await handle.result()
+    return result, time.perf_counter() - started
 
 
 def emit(figures: dict) -> None:

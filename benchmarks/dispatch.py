@@ -30,9 +30,8 @@ import time
 from pathlib import Path
 
 import sdk_baseline
-from common import emit, run, temporal_worker
+from common import emit, run, run_board, temporal_worker
 
-from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.testing import make_git_remote
 
@@ -48,12 +47,9 @@ async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
     # refresh: every run does the work (the result cache would otherwise answer repeated runs).
     tasks = [TaskSpec(id=f"t{i}", run=command, verify="true", worktree=worktree, timeout_seconds=600, refresh=True)
              for i in range(n)]
-    started = time.perf_counter()
-    handle = await start_board(client, Board(tasks=tasks, name=f"bench-{n}", max_parallel=concurrency),
-                               str(repo), task_queue=TASK_QUEUE, max_history_events=max_history_events,
-                               git_max_batch_age_seconds=60)
-    result = await handle.result()
-    wall = time.perf_counter() - started
+    result, wall = await run_board(client, Board(tasks=tasks, name=f"bench-{n}", max_parallel=concurrency), repo,
+                                   task_queue=TASK_QUEUE, max_history_events=max_history_events,
+                                   git_max_batch_age_seconds=60)
     ideal = math.ceil(n / concurrency) * seconds
     failed = [t.id for t in result.tasks if t.status != "succeeded"]
     return {

@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
 
-from common import emit, run, temporal_worker
+from common import emit, run, run_board, temporal_worker
 
-from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.llm_standin import StandIn
 from taskfleet.testing import make_git_remote
@@ -30,12 +28,8 @@ async def run_case(client, standin: StandIn, repo: Path, n: int, batched: bool) 
                       verify="test -f llm/$TASKFLEET_TASK_ID.txt", refresh=True, llm_batch=batched,
                       llm_batch_max_size=min(n, 100), llm_batch_max_age_seconds=5, timeout_seconds=600)
              for i in range(n)]
-    started = time.perf_counter()
-    handle = await start_board(client, Board(tasks=tasks, name=f"bench-llm-{n}", max_parallel=n),
-                               str(repo), task_queue=TASK_QUEUE, git_max_batch_size=100,
-                               git_max_batch_age_seconds=2)
-    result = await handle.result()
-    wall = time.perf_counter() - started
+    result, wall = await run_board(client, Board(tasks=tasks, name=f"bench-llm-{n}", max_parallel=n), repo,
+                                   task_queue=TASK_QUEUE, git_max_batch_size=100, git_max_batch_age_seconds=2)
     calls = {k: v - before.get(k, 0) for k, v in standin.calls.items()}
     return {
         "tasks": n,

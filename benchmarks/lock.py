@@ -21,7 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import emit, run, temporal_worker
+from common import emit, run, run_board, temporal_worker
 
 from taskfleet.activities.support.lease import LeaseLock
 from taskfleet.plugin import WORKFLOWS
@@ -103,7 +103,6 @@ def flock_round_trips(rounds: int) -> dict:
 
 
 async def board_on_pods(client, address: str, tmp: Path, pods: int, tasks: int, seconds: float) -> dict:
-    from taskfleet.clients.orchestrator import start_board
     from taskfleet.core.models.orchestrator import Board, TaskSpec
     from taskfleet.testing import make_git_remote
     from tests.pods import Pod
@@ -122,10 +121,7 @@ async def board_on_pods(client, address: str, tmp: Path, pods: int, tasks: int, 
         board = Board(name=f"bench-{pods}-pods", max_parallel=tasks, tasks=[
             TaskSpec(id=f"t{i}", run=write, verify="true", timeout_seconds=600) for i in range(tasks)
         ])
-        started = time.perf_counter()
-        handle = await start_board(client, board, str(fx.clone), task_queue=queue, git_max_batch_age_seconds=1)
-        result = await handle.result()
-        wall = time.perf_counter() - started
+        result, wall = await run_board(client, board, fx.clone, task_queue=queue, git_max_batch_age_seconds=1)
     finally:
         for pod in fleet:
             pod.stop()

@@ -13,12 +13,10 @@ import argparse
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from common import emit, run, temporal_worker
+from common import emit, run, run_board, temporal_worker
 
-from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.testing import make_git_remote
 
@@ -38,12 +36,8 @@ def grow(clone: Path, files: int) -> None:
 async def board_once(client, clone: Path, tasks: int, label: str) -> dict:
     specs = [TaskSpec(id=f"{label}-{i}", run=f"sed -i s/x/{label}/ src/d0/f{i}.txt", verify="true",
                       refresh=True, timeout_seconds=600) for i in range(tasks)]
-    started = time.perf_counter()
-    handle = await start_board(client, Board(tasks=specs, name=f"bench-{label}", max_parallel=tasks),
-                               str(clone), task_queue=TASK_QUEUE, git_max_batch_age_seconds=1,
-                               heartbeat_timeout_seconds=60)
-    result = await handle.result()
-    wall = time.perf_counter() - started
+    result, wall = await run_board(client, Board(tasks=specs, name=f"bench-{label}", max_parallel=tasks), clone,
+                                   task_queue=TASK_QUEUE, git_max_batch_age_seconds=1, heartbeat_timeout_seconds=60)
     s = result.stats
     return {
         "board": label,
