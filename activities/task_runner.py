@@ -17,7 +17,7 @@ from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHel
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
 from taskfleet.activities.support.lease import LeaseLock
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords
+from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords, kill_stragglers
 from taskfleet.activities.support.git_async import Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
@@ -281,25 +281,31 @@ class TaskActivities:
         env[TOKEN_VARIABLE] = token
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
-        with await asyncio.to_thread(open, log_path, "a+b") as log:
-            try:
-                executed = await run_command(
-                    task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
-                )
-            finally:
-                self.executors.forget(token)
-            result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
-            if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
+        try:
+            with await asyncio.to_thread(open, log_path, "a+b") as log:
+                try:
+                    executed = await run_command(
+                        task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
+                    )
+                finally:
+                    self.executors.forget(token)
+                result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
+                if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
+                    result.output_tail = tail(log)
+                    return False
+                try:
+                    verified = await run_command(
+                        task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
+                    )
+                finally:
+                    self.executors.forget(token)
+                result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
                 result.output_tail = tail(log)
-                return False
-            try:
-                verified = await run_command(
-                    task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
-                )
-            finally:
-                self.executors.forget(token)
-            result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
-            result.output_tail = tail(log)
+        finally:
+            # Each command's process group is killed when it ends; a process that left its group
+            # (`setsid`, a daemon) would go on writing into a folder the next task gets, or into
+            # this task's commit: anything still carrying the task's token is killed now.
+            await asyncio.to_thread(kill_stragglers, token)
         if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
             return False
         result.status = TASK_SUCCEEDED

@@ -7,7 +7,10 @@ import json
 import subprocess
 from pathlib import Path
 
+from temporalio.service import RPCError
+
 from taskfleet.cli.demo import DEMO_TASK_QUEUE
+from taskfleet.clients.orchestrator import progress
 from taskfleet.devserver.server import find_temporal_cli
 from tests.conftest import ROOT, GitRemoteFixture, eventually, python_cmd
 
@@ -83,3 +86,45 @@ async def test_run_status_and_refused_board(server_address, task_queue, make_wor
         stats = await cli(server_address, "lessons", "stats", "--json", task_queue=task_queue)
         assert json.loads(stats.stdout)["lessons"] == 0
     assert git_remote.remote_ref("task/T2.4")
+
+
+async def test_after_a_cancel_run_and_status_still_say_what_ran_and_landed(
+    server_address, task_queue, make_worker, client, git_remote: GitRemoteFixture, tmp_path
+):
+    """A cancelled run has no result, but `run --json` and `status` still list its tasks: the
+    worker answers the closed run's `progress` from its history (landed as the remote has it)."""
+    board = tmp_path / "board.toml"
+    board.write_text(
+        'name = "cancel-me"\nverify = "true"\n'
+        '[[tasks]]\nid = "quick"\nrun = "echo q > q.txt"\n'
+        '[[tasks]]\nid = "slow"\nrun = "sleep 300.7"\n'
+    )
+    workflow_id = f"cancel-{task_queue}"
+    async with make_worker():
+        running = asyncio.create_task(cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
+                                          "--id", workflow_id, task_queue=task_queue))
+        handle = client.get_workflow_handle(workflow_id)
+
+        async def quick_done() -> None:
+            try:  # the CLI may not have started the run yet
+                done = (await progress(handle)).counts.get("succeeded")
+            except RPCError as err:
+                raise AssertionError(err.message) from None
+            assert done == 1
+
+        await eventually(quick_done, timeout=60)
+        cancelled = await cli(server_address, "cancel", workflow_id, task_queue=task_queue)
+        assert cancelled.returncode == 0, cancelled.stderr
+        ran = await running
+        assert ran.returncode == 1 and "did not complete" in ran.stderr
+        shown = json.loads(ran.stdout)
+        assert shown["status"] == "CANCELED"
+        tasks = {t["id"]: t for t in shown["tasks"]}
+        assert tasks["quick"]["status"] == "succeeded" and tasks["quick"]["landed"] is True
+        assert tasks["slow"]["status"] == "cancelled" and not tasks["slow"]["landed"]
+        assert git_remote.remote_ref("task/quick") and not git_remote.remote_ref("task/slow")
+        status = await cli(server_address, "status", workflow_id, "--json", task_queue=task_queue)
+        assert status.returncode == 1  # closed without a result
+        assert {t["id"]: t["landed"] for t in json.loads(status.stdout)["tasks"]} == {"quick": True, "slow": False}
+        text = await cli(server_address, "status", workflow_id, task_queue=task_queue)
+        assert "CANCELED" in text.stdout and "quick" in text.stdout and "landed" in text.stdout

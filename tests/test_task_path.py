@@ -366,3 +366,59 @@ async def test_a_reused_slot_starts_each_task_from_a_clean_base(client, make_wor
         assert git(git_remote.remote, "rev-parse", f"{task.commit}^") == base
         assert {f for f in files_of(git_remote.remote, task.commit) if f.startswith("out/")} == {f"out/{task.id}.txt"}
     assert registered_worktrees(git_remote.clone) == [str(git_remote.clone)]
+
+
+async def test_index_flags_and_sparse_checkout_left_by_an_executor_never_reach_the_next_task(
+    client, make_worker, task_queue, git_remote
+):
+    """`reset --hard` and `clean` keep a slot's assume-unchanged and skip-worktree bits and its own
+    sparse-checkout: a slot an executor left so is discarded, and the next tasks get a plain checkout
+    of the base whose every tracked file they can change and commit."""
+    flags = ('for f in $(git ls-files); do echo x >> "$f"; done; '
+             'git update-index --assume-unchanged "$(git ls-files | head -1)"; '
+             'git update-index --skip-worktree "$(git ls-files | tail -1)"')
+    sparse = "git sparse-checkout set --no-cone /nothing/"
+    # every tracked file present, unflagged and as the base has it; then change them all
+    plain = ('test -z "$(git status --porcelain)" && test -z "$(git ls-files -v | grep -v \'^H \')" '
+             '&& for f in $(git ls-files); do test -f "$f" || exit 1; done')
+    change = 'for f in $(git ls-files); do echo "$TASKFLEET_TASK_ID" >> "$f"; done'
+    tasks = [TaskSpec(id="F1", run=flags, verify="true"), TaskSpec(id="F2", run=sparse, verify="true")]
+    tasks += [TaskSpec(id=i, run=f"{plain} && {change}", verify="true") for i in ("F3", "F4")]
+    base = git(git_remote.clone, "rev-parse", "main")
+    tracked = set(git(git_remote.clone, "ls-files").split())
+    async with make_worker():
+        result = await (await start_board(client, Board(tasks=tasks, name="flags", max_parallel=1),
+                                          str(git_remote.clone), task_queue=task_queue,
+                                          git_max_batch_age_seconds=0.2)).result()
+    outcomes = {t.id: t for t in result.tasks}
+    assert all(t.status == "succeeded" and t.landed for t in result.tasks), [(t.id, t.reason) for t in result.tasks]
+    for task_id in ("F3", "F4"):  # a plain checkout, and the commit holds every change the task made
+        changed = git(git_remote.remote, "diff", "--name-only", base, outcomes[task_id].commit).split()
+        assert set(changed) == tracked, (task_id, changed)
+    assert registered_worktrees(git_remote.clone) == [str(git_remote.clone)]
+
+
+async def test_a_process_that_left_its_task_s_group_is_stopped_with_the_task(client, make_worker, task_queue, git_remote):
+    """A `setsid` daemon escapes the process-group kill; it still carries the task's token, so it is
+    killed when the task's commands end, and never writes into the next task's checkout."""
+    marker = f"straggler-{uuid.uuid4().hex[:8]}"
+    daemon = (f"setsid sh -c 'while :; do echo {marker} > leak.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 & "
+              "echo one > one.txt")
+    tasks = [TaskSpec(id="L1", run=daemon, verify="true"),
+             TaskSpec(id="L2", run="echo two > two.txt", verify="test ! -e leak.txt")]
+    async with make_worker():
+        result = await (await start_board(client, Board(tasks=tasks, name="leak", max_parallel=1),
+                                          str(git_remote.clone), task_queue=task_queue,
+                                          git_max_batch_age_seconds=0.2)).result()
+    assert [t.status for t in result.tasks] == ["succeeded", "succeeded"], [(t.id, t.reason) for t in result.tasks]
+    assert "leak.txt" not in files_of(git_remote.remote, result.tasks[1].commit)
+    alive = [p for p in os.listdir("/proc") if p.isdigit() and marker.encode() in _cmdline(p)]
+    assert alive == [], f"still running: {alive}"
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""

@@ -70,6 +70,14 @@ def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
     return len(killed)
 
 
+def kill_stragglers(token: str, wait: float = 2.0) -> int:
+    """SIGKILL what a task's commands left running outside their process group (a `setsid` child,
+    a daemon): every live process still carrying the token; how many. Linux (/proc) only."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    return kill_executor(token, 0, wait)
+
+
 # A worker's journal is rewritten with only the running executors once it grows past this.
 JOURNAL_ROTATE_BYTES = 1 << 20
 

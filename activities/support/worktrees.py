@@ -51,7 +51,7 @@ from taskfleet.activities.support.git_async import (
 from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
 from taskfleet.activities.support.presence import WorkerPresence
 from taskfleet.activities.support.shared_clone import forget_registrations, owner_reason, registrations
-from taskfleet.activities.support.worktree_refs import RefWriteRefused, detach_head, point_branch
+from taskfleet.activities.support.worktree_refs import RefWriteRefused, admin_dir, detach_head, point_branch
 
 from taskfleet.core.ids import slug
 from taskfleet.core.pod import pod_id
@@ -92,6 +92,22 @@ class _Clone:
         for waiter in waiting:
             if not waiter.done():
                 waiter.set_result(None)
+
+
+async def _plain_checkout(path: Path) -> bool:
+    """Whether a scrubbed slot is a plain checkout: `reset --hard` and `clean` leave what an
+    executor set on the slot itself (assume-unchanged or skip-worktree bits in its index, its own
+    sparse-checkout or worktree config), and with those the next task would find files that are not
+    the base's, or lose its edits to them from its commit. Such a slot is discarded, not reused."""
+    try:
+        admin = admin_dir(path)
+    except RefWriteRefused:
+        return False
+    if (admin / "info" / "sparse-checkout").exists() or (admin / "config.worktree").exists():
+        return False
+    # `ls-files -v` tags each entry: lowercase for assume-unchanged, `S` for skip-worktree.
+    listed = await git(path, "ls-files", "-v")
+    return not any(line[:1].islower() or line.startswith("S ") for line in listed.splitlines())
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
@@ -325,7 +341,10 @@ class WorktreePool:
         try:
             try:
                 await self._scrub(slot, commit=base_commit)
+                plain = await _plain_checkout(slot.path)
             except (GitError, OSError):
+                plain = False
+            if not plain:
                 await self._discard(slot)
                 return
             slot.head = base_commit

@@ -12,7 +12,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -259,6 +259,7 @@ async def run_board(args: argparse.Namespace) -> int:
         result = await watch(handle, open_tasks, show=not args.json and sys.stderr.isatty(), stop=stop)
     except WorkflowFailureError as err:
         print(f"taskfleet: {handle.id} did not complete: {err.cause or err}", file=sys.stderr)
+        await _show_closed(args, handle)
         return 1
     finally:
         loop.remove_signal_handler(signal.SIGINT)
@@ -277,6 +278,23 @@ async def run_board(args: argparse.Namespace) -> int:
         print(f"\ntaskfleet: {handle.id} finished, but its outcomes cannot be read from here: {err}", file=sys.stderr)
         return 1
     return 0 if run_succeeded(result) else 1
+
+
+async def _show_closed(args: argparse.Namespace, handle: WorkflowHandle) -> None:
+    """After a run closed without a result (cancelled, say): what ran and landed, as `status` shows it."""
+    p = await _closed_progress(handle, getattr(args, "query_timeout", 5.0))
+    if p is None:
+        return
+    description = await handle.describe()
+    state = description.status.name if description.status else "UNKNOWN"
+    if args.json:
+        try:
+            write_status_json(sys.stdout, state, p)
+            sys.stdout.flush()
+        except RunStoreError as err:
+            print(f"taskfleet: {handle.id}: its outcomes cannot be read from here: {err}", file=sys.stderr)
+        return
+    print(progress_line(p, p.total or len(p.tasks)), file=sys.stderr)
 
 
 async def status(args: argparse.Namespace) -> int:
@@ -305,12 +323,16 @@ async def status(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 1
     else:
-        print(f"{args.workflow_id}: {state} (closed at {description.close_time}); no result to show"
-              + (" (`temporal workflow show --workflow-id ...` has the history)" if not args.json else ""),
-              file=sys.stderr)
-        if args.json:
-            _print_json({"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0})
-        return 1
+        # Cancelled, failed, terminated: no result, but a worker answers the query from the
+        # history, so what ran and what landed is still shown.
+        p = await _closed_progress(handle, args.query_timeout)
+        if p is None:
+            print(f"{args.workflow_id}: {state} (closed at {description.close_time}); no result to show"
+                  + (" (`temporal workflow show --workflow-id ...` has the history)" if not args.json else ""),
+                  file=sys.stderr)
+            if args.json:
+                _print_json({"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0})
+            return 1
     if args.json:
         try:  # every task's outcome, streamed from the run store (a big run's are only there)
             write_status_json(sys.stdout, state, p, result)
@@ -318,7 +340,7 @@ async def status(args: argparse.Namespace) -> int:
         except RunStoreError as err:
             print(f"\ntaskfleet: {args.workflow_id}: its outcomes cannot be read from here: {err}", file=sys.stderr)
             return 1
-        return 0
+        return _status_exit(description.status)
     print(f"{args.workflow_id}: {state}")
     print(progress_line(p, p.total or len(p.tasks)))
     if result is not None:
@@ -326,7 +348,20 @@ async def status(args: argparse.Namespace) -> int:
     else:
         for t in p.tasks:
             print(f"  {t.id:<20} {t.status:<10} {'landed' if t.landed else ''}")
-    return 0
+    return _status_exit(description.status)
+
+
+def _status_exit(status: WorkflowExecutionStatus | None) -> int:
+    """0 for a run that is running or completed; 1 for one that closed without a result."""
+    return 0 if status in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.RUNNING) else 1
+
+
+async def _closed_progress(handle: WorkflowHandle, timeout: float) -> OrchestratorProgress | None:
+    """A closed run's `progress` (a worker replays its history to answer), or None without one."""
+    try:
+        return await progress(handle, rpc_timeout=timedelta(seconds=timeout))
+    except (RPCError, WorkflowQueryFailedError):
+        return None
 
 
 async def cancel(args: argparse.Namespace) -> int:
