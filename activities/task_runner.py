@@ -18,9 +18,10 @@ from taskfleet.activities.support.executor import CommandResult, run_command, ta
 from taskfleet.activities.support.fence import Fence
 from taskfleet.activities.support.lease import LeaseLock
 from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords, kill_stragglers
-from taskfleet.activities.support.git_async import Heartbeat, _nothing, git, git_run
+from taskfleet.activities.support.git_async import GitError, Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
+from taskfleet.activities.support.shared_clone import is_lock_contention
 from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktree_refs import RefWriteRefused, head_branch
 from taskfleet.activities.support.worktrees import (
@@ -179,13 +180,23 @@ class TaskActivities:
             await self._land(params, result)
             result.seconds = time.monotonic() - started
             return result
-        worktree = await self.worktrees.take(params.repo, task.branch, base_commit, heartbeat)
-        result.setup_seconds = worktree.setup_seconds
         try:
-            await self._run(params, worktree, log_path, result)
-        finally:
-            self.worktrees.give_back(worktree)
-            result.seconds = time.monotonic() - started
+            worktree = await self.worktrees.take(params.repo, task.branch, base_commit, heartbeat)
+            result.setup_seconds = worktree.setup_seconds
+            try:
+                await self._run(params, worktree, log_path, result)
+            finally:
+                self.worktrees.give_back(worktree)
+                result.seconds = time.monotonic() - started
+        except GitError as err:
+            if not is_lock_contention(err.stderr):
+                raise
+            # git already waited a minute for the lock (another process on a shared clone lets
+            # go sooner): a lock file that stays is stale, and every retry would wait again.
+            raise ApplicationError(
+                f"{err}; it was held for over a minute: if no git process is using {params.repo}, remove that file",
+                type="BadTaskSetup", non_retryable=True,
+            ) from None
         if result.status == TASK_FAILED and result.failure_type:
             await self._record_lesson(params, result)
         return result

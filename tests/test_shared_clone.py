@@ -20,6 +20,7 @@ from taskfleet.activities.support.shared_clone import (
     registrations,
     worktree_add_args,
 )
+from taskfleet.activities.support.git_async import GitError, _git_once
 from tests.conftest import GitRemoteFixture, git
 
 
@@ -127,3 +128,15 @@ def test_forget_registrations_drops_only_the_given_paths_this_pod_owns(git_remot
     assert forget_registrations(fx.clone, [mine[0], mine[1], theirs], "pod-a") == [mine[0], mine[1]]
     assert registered(fx) == {str(mine[2]), str(theirs)}
     assert mine[0].exists()  # folders are the caller's to delete
+
+
+async def test_a_git_failure_on_a_lock_file_names_the_file_not_git_s_advice(git_remote: GitRemoteFixture):
+    """git ends a lock failure with advice ("remove the file manually to continue."); the error a
+    task reports names the lock file instead, so a person knows which file to look at."""
+    lock = git_remote.clone / ".git" / "refs" / "heads" / "side.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    ran = await _git_once(git_remote.clone, "update-ref", "refs/heads/side", "main")
+    assert ran.code != 0 and is_lock_contention(ran.err)
+    message = str(GitError(("update-ref", "refs/heads/side"), ran.code, ran.err))
+    assert str(lock) in message and "manually" not in message, message

@@ -422,3 +422,24 @@ def _cmdline(pid: str) -> bytes:
             return handle.read()
     except OSError:
         return b""
+
+
+async def test_a_stale_ref_lock_fails_the_task_once_naming_the_file(client, make_worker, task_queue, git_remote, monkeypatch):
+    """A lock file nobody lets go of: after git's wait (shortened here from a minute) the task fails
+    at once, not three attempts later, with a reason that names the file; the other task lands."""
+    from taskfleet.activities.support import git_async
+
+    monkeypatch.setattr(git_async, "LOCK_RETRY_SECONDS", 0.5)
+    lock = git_remote.clone / ".git" / "refs" / "heads" / "task" / "K1.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    async with make_worker():
+        handle = await start_board(client, board(["K1", "K2"]), str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=0.2)
+        result = await handle.result()
+    outcomes = {t.id: t for t in result.tasks}
+    assert outcomes["K2"].status == "succeeded" and outcomes["K2"].landed
+    assert outcomes["K1"].status == "failed" and str(lock) in outcomes["K1"].reason, outcomes["K1"].reason
+    attempts = [e for e in [e async for e in handle.fetch_history_events()]
+                if e.HasField("activity_task_started_event_attributes") and e.activity_task_started_event_attributes.attempt > 1]
+    assert attempts == []  # no retry of a stale lock

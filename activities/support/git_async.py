@@ -46,7 +46,11 @@ class GitError(Exception):
     def __init__(self, args: tuple[str, ...], code: int, err: str) -> None:
         lines = [line for line in err.strip().splitlines() if line.strip()]
         self.code, self.stderr = code, err
-        super().__init__(f"git {' '.join(args[:2])} failed: {lines[-1] if lines else f'exit {code}'}")
+        # git's last line is often advice ("remove the file manually to continue."); the line
+        # that names a lock file says which file.
+        named = [line for line in lines if ".lock" in line]
+        detail = named[0] if named else (lines[-1] if lines else f"exit {code}")
+        super().__init__(f"git {' '.join(args[:2])} failed: {detail.strip()}")
 
 
 @dataclass
