@@ -258,7 +258,9 @@ async def run_board(args: argparse.Namespace) -> int:
     try:
         result = await watch(handle, open_tasks, show=not args.json and sys.stderr.isatty(), stop=stop)
     except WorkflowFailureError as err:
-        print(f"taskfleet: {handle.id} did not complete: {err.cause or err}", file=sys.stderr)
+        # The cause's own message: its str() repeats its type, which the message already names.
+        reason = getattr(err.cause, "message", None) or str(err.cause or err)
+        print(f"taskfleet: {handle.id} did not complete: {reason}", file=sys.stderr)
         await _show_closed(args, handle)
         return 1
     finally:

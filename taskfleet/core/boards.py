@@ -183,7 +183,8 @@ def validate_board(board: Board, source: str = "board") -> Board:
     branches: dict[str, str] = {}
     for task in board.tasks:
         if not _TASK_ID.match(task.id):
-            raise BoardError(f"{source}: task id {task.id!r} must be letters, digits, '.', '_' or '-' (at most 64)")
+            raise BoardError(f"{source}: task id {task.id!r} must start with a letter or digit, then letters, "
+                             "digits, '.', '_' or '-' (at most 64 in all)")
         if task.id in seen:
             raise BoardError(f"{source}: duplicate task id {task.id}")
         seen[task.id] = task.id
