@@ -23,11 +23,11 @@ from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.support.executor import run_command, tail
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, kill_stragglers
+from taskfleet.activities.support.executor_records import TOKEN_VARIABLE
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.support.task_prompt import render_task_prompt
-from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, resolve
+from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, resolve
 from taskfleet.activities.task_runner import task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -376,7 +376,10 @@ class LLMActivities:
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
             await self.tasks._land(task_input, result)
             return result
-        worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
+        try:
+            worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
+        except BranchCheckedOut as err:
+            raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
         result.setup_seconds = worktree.setup_seconds
         try:
             with open(log_path, "a+b") as log:
@@ -398,9 +401,9 @@ class LLMActivities:
                     verified = await run_command(task.verify, worktree.path, env, log, task.timeout_seconds,
                                                  lambda: activity.heartbeat(task.id), "verify",
                                                  on_start=lambda pgid: self.tasks.executors.record(token, pgid))
-                finally:
+                finally:  # nothing of it outlives the step; then it is journalled as ended
+                    await self.tasks.stragglers.stop(token)
                     self.tasks.executors.forget(token)
-                    await asyncio.to_thread(kill_stragglers, token)  # nothing of it outlives the step
                 result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
                 result.output_tail = tail(log)
             if verified.timed_out or verified.exit_code != 0:

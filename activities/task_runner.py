@@ -17,7 +17,7 @@ from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHel
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
 from taskfleet.activities.support.lease import LeaseLock
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords, kill_stragglers
+from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords, Stragglers
 from taskfleet.activities.support.git_async import GitError, Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
@@ -27,6 +27,7 @@ from taskfleet.activities.support.worktree_refs import RefWriteRefused, head_bra
 from taskfleet.activities.support.worktrees import (
     RUN_TRAILER,
     TASK_TRAILER,
+    BranchCheckedOut,
     Worktree,
     WorktreePool,
     resolve,
@@ -98,6 +99,7 @@ class TaskActivities:
         self.worktrees = WorktreePool(settings.worktrees_dir, settings.pod_id)
         self.scratch = ScratchDirs(settings.scratch_dir)
         self.executors = ExecutorRecords(settings.state_dir / "executors")
+        self.stragglers = Stragglers()
         self.claims = BranchClaims()
         self._trees: dict[tuple[str, str], str] = {}  # (clone, commit) -> its tree
 
@@ -152,7 +154,7 @@ class TaskActivities:
         if scheduled is not None:
             result.wait_seconds = max(0.0, (datetime.now(timezone.utc) - scheduled).total_seconds())
         activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, info.attempt)
-        self.executors.reap_now_and_then()
+        await self.executors.reap_now_and_then()
         if not task.worktree:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
             scratch = self.scratch.take()
@@ -188,6 +190,8 @@ class TaskActivities:
             finally:
                 self.worktrees.give_back(worktree)
                 result.seconds = time.monotonic() - started
+        except BranchCheckedOut as err:
+            raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
         except GitError as err:
             if not is_lock_contention(err.stderr):
                 raise
@@ -294,29 +298,25 @@ class TaskActivities:
         record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
         try:
             with await asyncio.to_thread(open, log_path, "a+b") as log:
-                try:
-                    executed = await run_command(
-                        task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
-                    )
-                finally:
-                    self.executors.forget(token)
+                executed = await run_command(
+                    task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
+                )
                 result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
                 if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                     result.output_tail = tail(log)
                     return False
-                try:
-                    verified = await run_command(
-                        task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
-                    )
-                finally:
-                    self.executors.forget(token)
+                verified = await run_command(
+                    task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
+                )
                 result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
                 result.output_tail = tail(log)
         finally:
             # Each command's process group is killed when it ends; a process that left its group
             # (`setsid`, a daemon) would go on writing into a folder the next task gets, or into
-            # this task's commit: anything still carrying the task's token is killed now.
-            await asyncio.to_thread(kill_stragglers, token)
+            # this task's commit: anything still carrying the task's token is killed now. Only then
+            # is the token journalled as ended (a crash before leaves it to the next worker's reaper).
+            await self.stragglers.stop(token)
+            self.executors.forget(token)
         if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
             return False
         result.status = TASK_SUCCEEDED

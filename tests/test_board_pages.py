@@ -91,3 +91,34 @@ async def test_cancelling_a_paged_run_records_what_ran_and_counts_the_rest(clien
     assert sorted(o["id"] for o in stored if o["reason"] == "cancelled") == sorted(running.running)
     assert all(o["status"] == "cancelled" for o in stored)
     assert len(stored) == 40  # the four that ran, and the 36 loaded but never started
+
+
+@pytest.mark.parametrize("tamper", ["other_board", "skips_rows", "repeats_a_row"])
+async def test_a_first_page_that_does_not_fit_its_board_is_dropped_and_the_page_loaded(
+    client, make_worker, task_queue, git_remote, tamper
+):
+    """The first page rides in the input unchecked by any worker: one from another board, or whose
+    rows do not add up, is not used; the run loads the page from the store and runs every task once."""
+    from dataclasses import replace
+
+    from taskfleet.clients.board_store import store_board
+
+    stored = store_board(Board(tasks=noop(4), name="first-page"), str(git_remote.clone))
+    page = stored.first_page
+    if tamper == "other_board":  # a page of another board of the same size
+        other = store_board(Board(tasks=noop(4, prefix="x"), name="other"), str(git_remote.clone))
+        page = other.first_page
+    elif tamper == "skips_rows":  # claims rows 0..3 with two tasks: rows 2 and 3 would never run
+        page = replace(page, tasks=page.tasks[:2], rows=page.rows[:2])
+    else:  # one task twice
+        page = replace(page, tasks=[page.tasks[0], page.tasks[0], *page.tasks[2:]], rows=[0, 0, 2, 3])
+    async with make_worker():
+        handle = await client.start_workflow(
+            ORCHESTRATOR_WORKFLOW,
+            OrchestratorInput(board=stored.settings, board_ref=stored.reference, repo=str(git_remote.clone),
+                              first_page=page),
+            id=f"first-page-{uuid.uuid4().hex[:6]}", task_queue=task_queue, result_type=OrchestratorResult,
+        )
+        result = await handle.result()
+    assert [t.id for t in result.tasks] == ["t0", "t1", "t2", "t3"]
+    assert all(t.status == "succeeded" for t in result.tasks) and result.recorded == 4

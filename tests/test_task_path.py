@@ -443,3 +443,25 @@ async def test_a_stale_ref_lock_fails_the_task_once_naming_the_file(client, make
     attempts = [e for e in [e async for e in handle.fetch_history_events()]
                 if e.HasField("activity_task_started_event_attributes") and e.activity_task_started_event_attributes.attempt > 1]
     assert attempts == []  # no retry of a stale lock
+
+
+async def test_a_task_whose_branch_a_person_has_checked_out_fails_naming_where(client, make_worker, task_queue, git_remote):
+    """The user has `task/P1` checked out in the clone (looking at an earlier result): moving it to
+    the base would turn their checkout into staged changes. The task fails once, saying where; the
+    board's other task lands, and the user's checkout is untouched."""
+    git(git_remote.clone, "checkout", "-q", "-b", "task/P1")
+    (git_remote.clone / "mine.txt").write_text("the user's work\n")
+    git(git_remote.clone, "add", "mine.txt")
+    git(git_remote.clone, "commit", "-qm", "user work")
+    mine = git(git_remote.clone, "rev-parse", "HEAD")
+    git(git_remote.clone, "branch", "-f", "main", "HEAD~1")  # main stays the base the remote has
+    async with make_worker():
+        handle = await start_board(client, board(["P1", "P2"]), str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=0.2)
+        result = await handle.result()
+    outcomes = {t.id: t for t in result.tasks}
+    assert outcomes["P2"].status == "succeeded" and outcomes["P2"].landed
+    assert outcomes["P1"].status == "failed" and str(git_remote.clone) in outcomes["P1"].reason, outcomes["P1"].reason
+    assert git(git_remote.clone, "rev-parse", "task/P1") == mine
+    assert git(git_remote.clone, "symbolic-ref", "HEAD") == "refs/heads/task/P1"
+    assert git(git_remote.clone, "status", "--porcelain") == ""

@@ -59,3 +59,38 @@ def test_unusual_refs_are_refused_so_git_decides(git_remote: GitRemoteFixture):
     with pytest.raises(RefWriteRefused, match="not a worktree link"):
         point_branch(fx.clone, "ok", base)  # the main checkout's .git is a folder
     assert git(path, "rev-parse", "--abbrev-ref", "HEAD") == "HEAD"  # nothing moved
+
+
+def test_a_name_that_clashes_with_a_packed_branch_is_refused_as_git_refuses_it(git_remote: GitRemoteFixture):
+    """`task` against a packed `task/a` (or the reverse): git refuses the pair, and a clone holding
+    both can be neither cloned nor pushed whole; the in-process write must refuse it too."""
+    fx = git_remote
+    path = slot(fx)
+    base = git(fx.clone, "rev-parse", "main")
+    git(fx.clone, "branch", "task/a", base)
+    git(fx.clone, "branch", "solo", base)
+    git(fx.clone, "pack-refs", "--all")  # as gc leaves them: no loose file, no folder
+    with pytest.raises(RefWriteRefused, match="packed"):
+        point_branch(path, "task", base)
+    with pytest.raises(RefWriteRefused, match="packed"):
+        point_branch(path, "solo/b", base)
+    refs = git(fx.clone, "for-each-ref", "--format=%(refname)", "refs/heads/").split()
+    assert "refs/heads/task" not in refs and "refs/heads/solo/b" not in refs
+
+
+def test_a_branch_checked_out_by_a_person_is_found_but_a_slot_s_is_not(git_remote: GitRemoteFixture):
+    from taskfleet.activities.support.worktree_refs import checked_out_elsewhere
+
+    fx = git_remote
+    path = slot(fx)
+    base = git(fx.clone, "rev-parse", "main")
+    git(fx.clone, "checkout", "-q", "-b", "task/mine")  # the user looks at a task's branch
+    assert checked_out_elsewhere(path, "task/mine") == str(fx.clone)
+    other = fx.clone.parent / "slots" / "theirs"
+    git(fx.clone, "worktree", "add", "-q", "-b", "task/person", str(other), base)
+    assert checked_out_elsewhere(path, "task/person") == str(other)
+    pod_slot = fx.clone.parent / "slots" / "w-pod"  # another pod's slot, between a task and its scrub
+    git(fx.clone, "worktree", "add", "-q", "--lock", "--reason", "taskfleet pod=p1", "-b", "task/slot",
+        str(pod_slot), base)
+    assert checked_out_elsewhere(path, "task/slot") == ""
+    assert checked_out_elsewhere(path, "task/nobody") == ""

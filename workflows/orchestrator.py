@@ -393,9 +393,16 @@ class OrchestratorWorkflow:
         try:
             if page.start != 0 or not 0 < page.next <= p.board.tasks or page.total != p.board.tasks:
                 raise BoardError(f"rows {page.start}..{page.next} of {page.total} do not fit the stored board")
+            if page.board_id and page.board_id != p.board.board_id:
+                raise BoardError(f"it was read from board {page.board_id[:12]}, not {p.board.board_id[:12]}")
             if len(page.rows) != len(page.tasks) or any(not 0 <= r < page.next for r in page.rows) \
                     or any(not 0 <= r.index < page.next for r in page.refused):
                 raise BoardError("its rows do not match its tasks")
+            # Every row of the range is exactly one of: a task, a refused row, a done row.
+            rows = sorted(page.rows + [r.index for r in page.refused])
+            if len(set(rows)) != len(rows) or page.rows != sorted(page.rows) or page.done < 0 \
+                    or len(rows) + page.done != page.next - page.start or any(t.done for t in page.tasks):
+                raise BoardError("its rows, refused rows and done rows do not add up to its range")
             if page.tasks:
                 validate_board(replace(self.params.board, tasks=page.tasks), "first page")
         except BoardError as err:

@@ -10,6 +10,7 @@ reused by an unrelated program once its group is empty.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
@@ -52,6 +53,8 @@ def processes_with_token(token: str) -> list[int]:
 def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
     """SIGKILL every process of the executor `token` (group `pgid`); how many were found."""
     if not sys.platform.startswith("linux"):
+        if pgid <= 0:  # a record without a group: killpg(0) would be our own group
+            return 0
         try:
             os.killpg(pgid, signal.SIGKILL)
             return 1
@@ -70,12 +73,78 @@ def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
     return len(killed)
 
 
-def kill_stragglers(token: str, wait: float = 2.0) -> int:
-    """SIGKILL what a task's commands left running outside their process group (a `setsid` child,
-    a daemon): every live process still carrying the token; how many. Linux (/proc) only."""
-    if not sys.platform.startswith("linux"):
+def _token_of(environ: bytes) -> str:
+    """The executor token in a process's environment (`/proc/<pid>/environ`), or ""."""
+    if environ.startswith(_TOKEN_PREFIX):
+        start = len(_TOKEN_PREFIX)
+    else:
+        start = environ.find(b"\0" + _TOKEN_PREFIX)
+        if start < 0:
+            return ""
+        start += 1 + len(_TOKEN_PREFIX)
+    end = environ.find(b"\0", start)
+    return environ[start:end if end >= 0 else len(environ)].decode(errors="replace")
+
+
+_TOKEN_PREFIX = f"{TOKEN_VARIABLE}=".encode()
+
+
+def kill_stragglers(tokens: set[str], wait: float = 2.0) -> int:
+    """SIGKILL what tasks' commands left running outside their process groups (a `setsid` child, a
+    daemon): every live process carrying one of these tokens, found in one pass over /proc for all
+    of them; how many were killed. Linux only (elsewhere: 0)."""
+    if not sys.platform.startswith("linux") or not tokens:
         return 0
-    return kill_executor(token, 0, wait)
+    killed: set[int] = set()
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                    if _token_of(handle.read()) in tokens and process_alive(int(entry.name)):
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    return len(killed)
+
+
+class Stragglers:
+    """`kill_stragglers` for tasks as they end, one /proc pass (on a thread) for every task that
+    ended while the last pass ran: a hundred tasks ending together cost a few passes, not a hundred."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._sweeper: asyncio.Task | None = None
+
+    async def stop(self, token: str) -> None:
+        """Return once nothing carrying `token` runs any more."""
+        done = asyncio.get_running_loop().create_future()
+        self._waiting[token] = done
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep())
+        await asyncio.shield(done)  # a cancelled task still gets its stragglers killed
+
+    async def _sweep(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, {}
+            try:
+                await asyncio.to_thread(kill_stragglers, set(batch))
+            finally:
+                for done in batch.values():
+                    if not done.done():
+                        done.set_result(None)
 
 
 # A worker's journal is rewritten with only the running executors once it grows past this.
@@ -141,10 +210,12 @@ class ExecutorRecords:
             path.unlink(missing_ok=True)
         return killed
 
-    def reap_now_and_then(self, every: float = 10.0) -> None:
-        """`reap_dead`, at most every `every` seconds: cheap enough to call from each task."""
+    async def reap_now_and_then(self, every: float = 10.0) -> None:
+        """`reap_dead`, at most every `every` seconds, on a thread (killing can wait up to seconds
+        for a process): cheap enough to call from each task."""
         if time.monotonic() - self._last_reap >= every:
-            self.reap_dead()
+            self._last_reap = time.monotonic()  # one reap at a time, even while this one runs
+            await asyncio.to_thread(self.reap_dead)
 
 
 def _left_running(path: Path) -> dict[str, int]:

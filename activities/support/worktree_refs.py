@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from taskfleet.core.git_op_validation import branch_name_problem
-from taskfleet.core.loose_objects import NotPlain, ready_ref_path, write_locked
+from taskfleet.core.loose_objects import NotPlain, packed_conflict, ready_ref_path, write_locked
 
 
 class RefWriteRefused(Exception):
@@ -42,13 +42,18 @@ def admin_dir(worktree: Path) -> Path:
 
 
 def common_dir(admin: Path) -> Path:
-    """The clone's shared git folder (where `refs/heads` live), from the worktree's `commondir`."""
+    """The clone's shared git folder (where `refs/heads` live), from the worktree's `commondir`;
+    RefWriteRefused for a clone whose refs are not files (reftable: its HEAD file is a placeholder
+    git never reads, so a write there would change nothing)."""
     try:
         text = (admin / "commondir").read_text().strip()
     except OSError as err:
         raise RefWriteRefused(f"{admin}/commondir: {err}") from None
     path = Path(text)
-    return path if path.is_absolute() else (admin / path).resolve()
+    common = path if path.is_absolute() else (admin / path).resolve()
+    if (common / "reftable").exists() or (admin / "reftable").exists():
+        raise RefWriteRefused(f"{common} keeps its refs in a reftable")
+    return common
 
 
 def _write_locked(path: Path, content: str) -> None:
@@ -67,10 +72,13 @@ def point_branch(worktree: Path, branch: str, commit: str) -> None:
     if branch_name_problem(branch) or len(commit) not in (40, 64):
         raise RefWriteRefused(f"not a plain branch and commit: {branch!r} {commit!r}")
     admin = admin_dir(worktree)
-    heads = common_dir(admin) / "refs" / "heads"
+    common = common_dir(admin)
+    heads = common / "refs" / "heads"
     ref = heads.joinpath(*branch.split("/"))
     try:
         ready_ref_path(heads, ref)
+        if packed_conflict(common, f"refs/heads/{branch}"):
+            raise NotPlain(f"refs/heads/{branch} conflicts with a packed ref")
     except NotPlain as err:
         raise RefWriteRefused(str(err)) from None
     _write_locked(ref, commit + "\n")
@@ -81,10 +89,49 @@ def detach_head(worktree: Path, commit: str) -> None:
     """`git checkout --detach <commit>` for HEAD only (the index and files are left to `reset`)."""
     if len(commit) not in (40, 64):
         raise RefWriteRefused(f"not a commit id: {commit!r}")
-    _write_locked(admin_dir(worktree) / "HEAD", commit + "\n")
+    admin = admin_dir(worktree)
+    common_dir(admin)  # refs kept in files, or refused
+    _write_locked(admin / "HEAD", commit + "\n")
 
 
 def head_branch(worktree: Path) -> str:
     """The branch the worktree's HEAD names (`refs/heads/<branch>`), or "" when detached."""
-    text = (admin_dir(worktree) / "HEAD").read_text().strip()
+    admin = admin_dir(worktree)
+    common_dir(admin)  # refs kept in files, or refused
+    return _branch_of_head(admin / "HEAD")
+
+
+def _branch_of_head(head: Path) -> str:
+    text = head.read_text().strip()
     return text[len("ref: refs/heads/"):] if text.startswith("ref: refs/heads/") else ""
+
+
+def checked_out_elsewhere(worktree: Path, branch: str) -> str:
+    """Where else `branch` is checked out, by a person (the clone itself, or a worktree that is not
+    a taskfleet slot), or "". Moving it under them would turn their work into staged changes
+    against the base; slots (locked with a `taskfleet pod=` reason) only name a branch between a
+    task's end and their scrub. RefWriteRefused when the clone's layout cannot be read as files."""
+    admin = admin_dir(worktree)
+    common = common_dir(admin)
+    heads = [(common / "HEAD", str(common.parent) if common.name == ".git" else str(common))]
+    folder = common / "worktrees"
+    for other in (folder.iterdir() if folder.is_dir() else []):
+        if other.resolve() == admin.resolve():
+            continue
+        try:
+            if (other / "locked").read_text().startswith("taskfleet pod="):
+                continue
+        except OSError:
+            pass
+        try:
+            where = (other / "gitdir").read_text().strip().removesuffix("/.git")
+        except OSError:
+            where = str(other)
+        heads.append((other / "HEAD", where))
+    for head, where in heads:
+        try:
+            if _branch_of_head(head) == branch:
+                return where
+        except OSError:
+            continue
+    return ""

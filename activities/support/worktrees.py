@@ -51,13 +51,23 @@ from taskfleet.activities.support.git_async import (
 from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
 from taskfleet.activities.support.presence import WorkerPresence
 from taskfleet.activities.support.shared_clone import forget_registrations, owner_reason, registrations
-from taskfleet.activities.support.worktree_refs import RefWriteRefused, admin_dir, detach_head, point_branch
+from taskfleet.activities.support.worktree_refs import (
+    RefWriteRefused,
+    admin_dir,
+    checked_out_elsewhere,
+    detach_head,
+    point_branch,
+)
 
 from taskfleet.core.ids import slug
 from taskfleet.core.pod import pod_id
 
 TASK_TRAILER = "Taskfleet-Task"
 RUN_TRAILER = "Taskfleet-Run"
+
+
+class BranchCheckedOut(Exception):
+    """The task's branch is checked out in the clone or a person's worktree; the message says where."""
 
 
 @dataclass(eq=False)
@@ -170,6 +180,16 @@ class WorktreePool:
         if slot is None:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
             clone.owned.add(slot)
+        try:
+            holder = checked_out_elsewhere(slot.path, branch)
+        except RefWriteRefused:
+            holder = ""  # a layout git alone reads: `checkout` below decides
+        if holder:
+            clone.free.append(slot)  # untouched: still a clean checkout of its base
+            raise BranchCheckedOut(
+                f"branch {branch} is checked out in {holder}: taskfleet never moves a branch a worktree "
+                "has checked out (check out another branch there, or give the task another branch)"
+            )
         head, slot.head = slot.head, ""
         try:
             if head == base_commit:

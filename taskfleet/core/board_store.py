@@ -151,7 +151,7 @@ def page_of(rows: Iterable[tuple[int, RawTask]], head: BoardHead, source: str, t
     """A page of `rows` (row index, raw row) from `request.start`, each validated alone, until
     `max_tasks` rows or `max_bytes`: what a worker loads, and what the client that stored the
     board may hand the run as its first page."""
-    page = BoardPage(start=request.start, next=request.start, total=total)
+    page = BoardPage(start=request.start, next=request.start, total=total, board_id=request.board_id)
     used = 0
     for index, raw in rows:
         if index < request.start:

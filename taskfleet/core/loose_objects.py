@@ -82,6 +82,10 @@ def write_object(repo: str | Path, kind: str, content: bytes) -> str:
     oid = hashlib.new(where.algorithm, data).hexdigest()
     path = where.common_dir / "objects" / oid[:2] / oid[2:]
     if path.exists():
+        try:  # as git does: an old unreachable copy is made young, so gc does not prune it under us
+            os.utime(path)
+        except OSError:
+            pass
         return oid
     try:
         path.parent.mkdir(exist_ok=True)
@@ -155,6 +159,25 @@ def _packed(common: Path, ref: str) -> str | None:
     return None
 
 
+def packed_conflict(common: Path, ref: str) -> str:
+    """A packed ref whose name is a folder of `ref` or inside it (`refs/heads/task` against a
+    packed `refs/heads/task/a`, or the reverse), or "": git refuses to create such a pair, and
+    once both exist the clone can be neither cloned nor pushed whole."""
+    try:
+        text = (common / "packed-refs").read_text()
+    except FileNotFoundError:
+        return ""
+    except OSError as err:
+        raise NotPlain(f"packed-refs: {err}") from None
+    for line in text.splitlines():
+        if line.startswith(("#", "^")) or " " not in line:
+            continue
+        name = line.split(" ", 1)[1].strip()
+        if name.startswith(ref + "/") or ref.startswith(name + "/"):
+            return name
+    return ""
+
+
 def ready_ref_path(root: Path, path: Path) -> None:
     """Make the folders of ref file `path` under `root`; NotPlain when a ref of a shorter name is in
     the way (`task/x` cannot be written while a ref `task` exists) or `path` is a folder of refs."""
@@ -204,5 +227,8 @@ def update_ref(repo: str | Path, ref: str, new: str, old: str | None, check_old:
     """Point `ref` at `new` if it still points at `old` (None: only if it does not exist); with
     `check_old=False`, whatever it points at. False when it moved, or another writer holds its lock."""
     path = _ref_path(repo, ref)
-    ready_ref_path(layout(repo).common_dir, path)
+    common = layout(repo).common_dir
+    ready_ref_path(common, path)
+    if packed_conflict(common, ref):
+        raise NotPlain(f"{ref} conflicts with the packed ref {packed_conflict(common, ref)}")
     return write_locked(path, new + "\n", (lambda: read_ref(repo, ref) == old) if check_old else None)

@@ -74,6 +74,7 @@ class BoardPage:
     rows: list[int] = field(default_factory=list)  # each task's row index, so a run can resume mid-page
     refused: list[RefusedTask] = field(default_factory=list)
     done: int = 0  # rows marked done (`[x]`) in the range: counted, never dispatched
+    board_id: str = ""  # the stored board it was read from ("" from an older client)
 
 
 @dataclass
