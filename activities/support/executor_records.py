@@ -34,43 +34,7 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def processes_with_token(token: str) -> list[int]:
-    """Live processes whose environment carries this executor token (Linux: from /proc)."""
-    needle = f"{TOKEN_VARIABLE}={token}\0".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if needle in handle.read() and process_alive(int(entry.name)):
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
-    """SIGKILL every process of the executor `token` (group `pgid`); how many were found."""
-    if not sys.platform.startswith("linux"):
-        if pgid <= 0:  # a record without a group: killpg(0) would be our own group
-            return 0
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-            return 1
-        except (ProcessLookupError, PermissionError):
-            return 0
-    killed: set[int] = set()
-    deadline = time.monotonic() + wait
-    while (pids := processes_with_token(token)) and time.monotonic() < deadline:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.02)
-    return len(killed)
+_TOKEN_PREFIX = f"{TOKEN_VARIABLE}=".encode()
 
 
 def _token_of(environ: bytes) -> str:
@@ -86,7 +50,53 @@ def _token_of(environ: bytes) -> str:
     return environ[start:end if end >= 0 else len(environ)].decode(errors="replace")
 
 
-_TOKEN_PREFIX = f"{TOKEN_VARIABLE}=".encode()
+def processes_with_tokens(tokens: set[str]) -> list[int]:
+    """Live processes whose environment carries one of these executor tokens: one pass over /proc."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                if _token_of(handle.read()) in tokens and process_alive(int(entry.name)):
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Live processes whose environment carries this executor token (Linux: from /proc)."""
+    return processes_with_tokens({token})
+
+
+def _kill_carriers(tokens: set[str], wait: float) -> int:
+    """SIGKILL every live process carrying one of the tokens, again until none is left or `wait`
+    seconds have passed (a process may fork as it dies); how many were killed."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + wait
+    while (pids := processes_with_tokens(tokens)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    return len(killed)
+
+
+def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
+    """SIGKILL every process of the executor `token` (group `pgid`); how many were found."""
+    if not sys.platform.startswith("linux"):
+        if pgid <= 0:  # a record without a group: killpg(0) would be our own group
+            return 0
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            return 1
+        except (ProcessLookupError, PermissionError):
+            return 0
+    return _kill_carriers({token}, wait)
 
 
 def kill_stragglers(tokens: set[str], wait: float = 2.0) -> int:
@@ -95,29 +105,7 @@ def kill_stragglers(tokens: set[str], wait: float = 2.0) -> int:
     of them; how many were killed. Linux only (elsewhere: 0)."""
     if not sys.platform.startswith("linux") or not tokens:
         return 0
-    killed: set[int] = set()
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        found = []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                    if _token_of(handle.read()) in tokens and process_alive(int(entry.name)):
-                        found.append(int(entry.name))
-            except OSError:
-                continue
-        if not found:
-            break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.02)
-    return len(killed)
+    return _kill_carriers(tokens, wait)
 
 
 class Stragglers:
