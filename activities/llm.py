@@ -23,7 +23,7 @@ from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.support.executor import run_command, tail
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE
+from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.support.task_prompt import render_task_prompt
@@ -397,13 +397,13 @@ class LLMActivities:
                 env = {**_safe_env(), "TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
                        "TASKFLEET_BASE": task_input.base, "TASKFLEET_WORKTREE": str(worktree.path),
                        TOKEN_VARIABLE: token}
+                no_detached_git_maintenance(env)
                 try:
                     verified = await run_command(task.verify, worktree.path, env, log, task.timeout_seconds,
                                                  lambda: activity.heartbeat(task.id), "verify",
                                                  on_start=lambda pgid: self.tasks.executors.record(token, pgid))
                 finally:  # nothing of it outlives the step; then it is journalled as ended
-                    await self.tasks.stragglers.stop(token)
-                    self.tasks.executors.forget(token)
+                    await self.tasks.end_token(token)
                 result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
                 result.output_tail = tail(log)
             if verified.timed_out or verified.exit_code != 0:

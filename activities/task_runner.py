@@ -17,7 +17,12 @@ from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHel
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
 from taskfleet.activities.support.lease import LeaseLock
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, ExecutorRecords, Stragglers
+from taskfleet.activities.support.executor_records import (
+    TOKEN_VARIABLE,
+    ExecutorRecords,
+    Stragglers,
+    no_detached_git_maintenance,
+)
 from taskfleet.activities.support.git_async import GitError, Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.scratch import ScratchDirs
@@ -294,6 +299,7 @@ class TaskActivities:
             del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
         token = self.executors.new_token()
         env[TOKEN_VARIABLE] = token
+        no_detached_git_maintenance(env)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
         try:
@@ -315,12 +321,21 @@ class TaskActivities:
             # (`setsid`, a daemon) would go on writing into a folder the next task gets, or into
             # this task's commit: anything still carrying the task's token is killed now. Only then
             # is the token journalled as ended (a crash before leaves it to the next worker's reaper).
-            await self.stragglers.stop(token)
-            self.executors.forget(token)
+            await self.end_token(token)
         if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
             return False
         result.status = TASK_SUCCEEDED
         return True
+
+    async def end_token(self, token: str) -> None:
+        """Stop what still carries a finished task's token, then journal the token as ended; when
+        the sweep fails, the token stays journalled, for the reaper once this worker is gone."""
+        try:
+            await self.stragglers.stop(token)
+        except Exception as err:  # noqa: BLE001 - the task's own result stands
+            activity.logger.warning("could not stop what a task left running (token %s): %s", token, err)
+            return
+        self.executors.forget(token)
 
     async def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
         """Render the prompt and write it beside the log (outside the worktree: never committed)."""

@@ -140,3 +140,9 @@ async def test_a_git_failure_on_a_lock_file_names_the_file_not_git_s_advice(git_
     assert ran.code != 0 and is_lock_contention(ran.err)
     message = str(GitError(("update-ref", "refs/heads/side"), ran.code, ran.err))
     assert str(lock) in message and "manually" not in message, message
+
+
+def test_a_file_named_like_a_lock_is_not_mistaken_for_the_lock():
+    err = ("error: Your local changes to the following files would be overwritten by checkout:\n"
+           "\tCargo.lock\nPlease commit your changes or stash them before you switch branches.\nAborting\n")
+    assert str(GitError(("checkout", "-q"), 1, err)) == "git checkout -q failed: Aborting"

@@ -405,7 +405,9 @@ async def test_a_process_that_left_its_task_s_group_is_stopped_with_the_task(cli
     daemon = (f"setsid sh -c 'while :; do echo {marker} > leak.txt; sleep 0.05; done' </dev/null >/dev/null 2>&1 & "
               "echo one > one.txt")
     tasks = [TaskSpec(id="L1", run=daemon, verify="true"),
-             TaskSpec(id="L2", run="echo two > two.txt", verify="test ! -e leak.txt")]
+             # and git maintenance an executor's git starts runs in the foreground, never detached
+             TaskSpec(id="L2", run="echo two > two.txt",
+                      verify='test ! -e leak.txt && test "$(git config --get gc.autoDetach)" = false')]
     async with make_worker():
         result = await (await start_board(client, Board(tasks=tasks, name="leak", max_parallel=1),
                                           str(git_remote.clone), task_queue=task_queue,
@@ -465,3 +467,18 @@ async def test_a_task_whose_branch_a_person_has_checked_out_fails_naming_where(c
     assert git(git_remote.clone, "rev-parse", "task/P1") == mine
     assert git(git_remote.clone, "symbolic-ref", "HEAD") == "refs/heads/task/P1"
     assert git(git_remote.clone, "status", "--porcelain") == ""
+
+
+async def test_a_clone_with_its_own_worktree_config_still_reuses_its_slots(client, make_worker, task_queue, git_remote):
+    """git copies the clone's `config.worktree` into each new worktree: that is how the slot was
+    made, not something a task left, so the slot is still reused task after task."""
+    git(git_remote.clone, "config", "extensions.worktreeConfig", "true")
+    git(git_remote.clone, "config", "--worktree", "taskfleet.test", "mine")
+    where = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_WORKTREE" > "out/$TASKFLEET_TASK_ID.txt"'
+    async with make_worker():
+        result = await (await start_board(client, board(["R1", "R2", "R3"], run=where, verify="true", max_parallel=1),
+                                          str(git_remote.clone), task_queue=task_queue,
+                                          git_max_batch_age_seconds=0.2)).result()
+    assert all(t.status == "succeeded" and t.landed for t in result.tasks), [(t.id, t.reason) for t in result.tasks]
+    slots = {git(git_remote.remote, "show", f"{t.commit}:out/{t.id}.txt") for t in result.tasks}
+    assert len(slots) == 1, slots  # one slot, reused by all three

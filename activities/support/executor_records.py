@@ -37,6 +37,20 @@ def process_alive(pid: int) -> bool:
 _TOKEN_PREFIX = f"{TOKEN_VARIABLE}=".encode()
 
 
+def no_detached_git_maintenance(env: dict[str, str]) -> None:
+    """Make git commands an executor runs do their automatic gc/maintenance in the foreground
+    (`gc.autoDetach`, `maintenance.autoDetach` false), added to any `GIT_CONFIG_*` already there: a
+    detached gc carries the task's token and would be stopped with the task's stragglers."""
+    try:
+        count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        return  # not ours to repair: git itself will refuse it
+    for key in ("gc.autoDetach", "maintenance.autoDetach"):
+        env[f"GIT_CONFIG_KEY_{count}"], env[f"GIT_CONFIG_VALUE_{count}"] = key, "false"
+        count += 1
+    env["GIT_CONFIG_COUNT"] = str(count)
+
+
 def _token_of(environ: bytes) -> str:
     """The executor token in a process's environment (`/proc/<pid>/environ`), or ""."""
     if environ.startswith(_TOKEN_PREFIX):
@@ -70,20 +84,25 @@ def processes_with_token(token: str) -> list[int]:
     return processes_with_tokens({token})
 
 
-def _kill_carriers(tokens: set[str], wait: float) -> int:
-    """SIGKILL every live process carrying one of the tokens, again until none is left or `wait`
-    seconds have passed (a process may fork as it dies); how many were killed."""
-    killed: set[int] = set()
-    deadline = time.monotonic() + wait
-    while (pids := processes_with_tokens(tokens)) and time.monotonic() < deadline:
+def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0) -> int:
+    """Stop every live process carrying one of the tokens, again until none is left or `wait`
+    seconds have passed (a process may fork as it dies); how many were signalled. With `grace`,
+    SIGTERM first and SIGKILL only for what is still there `grace` seconds later: a git process
+    (a detached `gc --auto`, say) then removes its lock and temporary files as it goes."""
+    signalled: set[int] = set()
+    started = time.monotonic()
+    while (pids := processes_with_tokens(tokens)) and time.monotonic() - started < wait:
+        hard = time.monotonic() - started >= grace
         for pid in pids:
+            if pid in signalled and not hard:
+                continue
             try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
+                os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+                signalled.add(pid)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.02)
-    return len(killed)
+    return len(signalled)
 
 
 def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
@@ -99,13 +118,13 @@ def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
     return _kill_carriers({token}, wait)
 
 
-def kill_stragglers(tokens: set[str], wait: float = 2.0) -> int:
-    """SIGKILL what tasks' commands left running outside their process groups (a `setsid` child, a
+def kill_stragglers(tokens: set[str], wait: float = 3.0, grace: float = 1.0) -> int:
+    """Stop what tasks' commands left running outside their process groups (a `setsid` child, a
     daemon): every live process carrying one of these tokens, found in one pass over /proc for all
-    of them; how many were killed. Linux only (elsewhere: 0)."""
+    of them; SIGTERM, then SIGKILL after `grace` seconds; how many. Linux only (elsewhere: 0)."""
     if not sys.platform.startswith("linux") or not tokens:
         return 0
-    return _kill_carriers(tokens, wait)
+    return _kill_carriers(tokens, wait, grace)
 
 
 class Stragglers:
@@ -117,7 +136,7 @@ class Stragglers:
         self._sweeper: asyncio.Task | None = None
 
     async def stop(self, token: str) -> None:
-        """Return once nothing carrying `token` runs any more."""
+        """Return once nothing carrying `token` runs any more; raises when the pass failed."""
         done = asyncio.get_running_loop().create_future()
         self._waiting[token] = done
         if self._sweeper is None or self._sweeper.done():
@@ -127,12 +146,24 @@ class Stragglers:
     async def _sweep(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, {}
+            failure: BaseException | None = None
             try:
                 await asyncio.to_thread(kill_stragglers, set(batch))
+            except Exception as err:  # noqa: BLE001 - told to this pass's waiters; the next pass runs
+                failure = err
+            except BaseException as err:  # the worker is stopping: nobody waits on
+                failure = RuntimeError(f"straggler sweep stopped: {type(err).__name__}")
+                batch.update(self._waiting)
+                self._waiting = {}
+                raise
             finally:
                 for done in batch.values():
-                    if not done.done():
+                    if done.done():
+                        continue
+                    if failure is None:
                         done.set_result(None)
+                    else:
+                        done.set_exception(failure)
 
 
 # A worker's journal is rewritten with only the running executors once it grows past this.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -36,6 +37,9 @@ GIT_ENV = {
 }
 
 
+_NAMES_A_LOCK = re.compile(r"'[^']*\.lock'")  # git quotes the lock file it could not create
+
+
 def _nothing() -> None:
     pass
 
@@ -48,7 +52,7 @@ class GitError(Exception):
         self.code, self.stderr = code, err
         # git's last line is often advice ("remove the file manually to continue."); the line
         # that names a lock file says which file.
-        named = [line for line in lines if ".lock" in line]
+        named = [line for line in lines if _NAMES_A_LOCK.search(line)]
         detail = named[0] if named else (lines[-1] if lines else f"exit {code}")
         super().__init__(f"git {' '.join(args[:2])} failed: {detail.strip()}")
 

@@ -102,7 +102,7 @@ def head_branch(worktree: Path) -> str:
 
 
 def _branch_of_head(head: Path) -> str:
-    text = head.read_text().strip()
+    text = head.read_text(errors="replace").strip()
     return text[len("ref: refs/heads/"):] if text.startswith("ref: refs/heads/") else ""
 
 
@@ -119,12 +119,12 @@ def checked_out_elsewhere(worktree: Path, branch: str) -> str:
         if other.resolve() == admin.resolve():
             continue
         try:
-            if (other / "locked").read_text().startswith("taskfleet pod="):
+            if (other / "locked").read_text(errors="replace").startswith("taskfleet pod="):
                 continue
         except OSError:
             pass
         try:
-            where = (other / "gitdir").read_text().strip().removesuffix("/.git")
+            where = (other / "gitdir").read_text(errors="replace").strip().removesuffix("/.git")
         except OSError:
             where = str(other)
         heads.append((other / "HEAD", where))

@@ -27,6 +27,7 @@ import asyncio
 import fcntl
 import hashlib
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -78,6 +79,7 @@ class Slot:
     lock: IO[bytes]
     lease: str = ""  # the presence key it was registered under
     head: str = ""  # the commit its clean checkout is at (set when it goes back on the free list)
+    settings: tuple[bytes, bytes, bool] = (b"", b"", False)  # `_slot_settings` when it was made
 
 
 @dataclass
@@ -104,20 +106,26 @@ class _Clone:
                 waiter.set_result(None)
 
 
-async def _plain_checkout(path: Path) -> bool:
-    """Whether a scrubbed slot is a plain checkout: `reset --hard` and `clean` leave what an
-    executor set on the slot itself (assume-unchanged or skip-worktree bits in its index, its own
-    sparse-checkout or worktree config), and with those the next task would find files that are not
-    the base's, or lose its edits to them from its commit. Such a slot is discarded, not reused."""
+_FLAGGED = re.compile(r"^(?:[a-z]|S )", re.MULTILINE)  # `ls-files -v`: assume-unchanged, skip-worktree
+
+
+async def _slot_settings(path: Path) -> tuple[bytes, bytes, bool]:
+    """What an executor can set on a slot itself that `reset --hard` and `clean` keep: the slot's own
+    worktree config and sparse-checkout patterns, and whether any index entry is flagged
+    assume-unchanged or skip-worktree."""
     try:
         admin = admin_dir(path)
     except RefWriteRefused:
-        return False
-    if (admin / "info" / "sparse-checkout").exists() or (admin / "config.worktree").exists():
-        return False
-    # `ls-files -v` tags each entry: lowercase for assume-unchanged, `S` for skip-worktree.
+        return b"?", b"?", True
+
+    def read(file: Path) -> bytes:
+        try:
+            return file.read_bytes()
+        except OSError:
+            return b""
+
     listed = await git(path, "ls-files", "-v")
-    return not any(line[:1].islower() or line.startswith("S ") for line in listed.splitlines())
+    return read(admin / "config.worktree"), read(admin / "info" / "sparse-checkout"), bool(_FLAGGED.search(listed))
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
@@ -182,8 +190,8 @@ class WorktreePool:
             clone.owned.add(slot)
         try:
             holder = checked_out_elsewhere(slot.path, branch)
-        except RefWriteRefused:
-            holder = ""  # a layout git alone reads: `checkout` below decides
+        except (RefWriteRefused, OSError, ValueError):
+            holder = ""  # a layout this cannot read as files (reftable): not checked
         if holder:
             clone.free.append(slot)  # untouched: still a clean checkout of its base
             raise BranchCheckedOut(
@@ -336,6 +344,7 @@ class WorktreePool:
             self._locks.release(lock_path, handle)
         try:
             await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
+            slot.settings = await _slot_settings(slot.path)  # as the clone gives a new worktree
         except BaseException:
             await asyncio.shield(self._discard(slot))
             raise
@@ -361,7 +370,10 @@ class WorktreePool:
         try:
             try:
                 await self._scrub(slot, commit=base_commit)
-                plain = await _plain_checkout(slot.path)
+                # With index flags, or its own sparse-checkout or worktree config changed since
+                # it was made, the next task would find files that are not the base's (or lose
+                # its edits to them from its commit): such a slot is discarded, not reused.
+                plain = await _slot_settings(slot.path) == slot.settings
             except (GitError, OSError):
                 plain = False
             if not plain:

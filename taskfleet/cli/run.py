@@ -255,17 +255,20 @@ async def run_board(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
     pollers = asyncio.ensure_future(_notice_without_worker(client, handle, args.task_queue, _connection_flags(args)))
+    failed: WorkflowFailureError | None = None
     try:
         result = await watch(handle, open_tasks, show=not args.json and sys.stderr.isatty(), stop=stop)
     except WorkflowFailureError as err:
-        # The cause's own message: its str() repeats its type, which the message already names.
-        reason = getattr(err.cause, "message", None) or str(err.cause or err)
-        print(f"taskfleet: {handle.id} did not complete: {reason}", file=sys.stderr)
-        await _show_closed(args, handle)
-        return 1
+        failed, result = err, None
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         pollers.cancel()
+    if failed is not None:
+        # The cause's own message: its str() repeats its type, which the message already names.
+        reason = getattr(failed.cause, "message", None) or str(failed.cause or failed)
+        print(f"taskfleet: {handle.id} did not complete: {reason}", file=sys.stderr)
+        await _show_closed(args, handle)
+        return 1
     if result is None:
         print(f"taskfleet: stopped watching {handle.id}; the run goes on without this command: "
               f"{_how_to_follow(args, handle.id)}", file=sys.stderr, flush=True)
@@ -285,10 +288,12 @@ async def run_board(args: argparse.Namespace) -> int:
 async def _show_closed(args: argparse.Namespace, handle: WorkflowHandle) -> None:
     """After a run closed without a result (cancelled, say): what ran and landed, as `status` shows it."""
     p = await _closed_progress(handle, getattr(args, "query_timeout", 5.0))
-    if p is None:
-        return
     description = await handle.describe()
     state = description.status.name if description.status else "UNKNOWN"
+    if p is None:  # no worker answered: what `status --json` says then
+        if args.json:
+            _print_json({"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0})
+        return
     if args.json:
         try:
             write_status_json(sys.stdout, state, p)
