@@ -106,6 +106,9 @@ def _branch_of_head(head: Path) -> str:
     return text[len("ref: refs/heads/"):] if text.startswith("ref: refs/heads/") else ""
 
 
+_SLOT_ADMINS: set[Path] = set()  # admin folders seen locked as taskfleet slots (names are random)
+
+
 def checked_out_elsewhere(worktree: Path, branch: str) -> str:
     """Where else `branch` is checked out, by a person (the clone itself, or a worktree that is not
     a taskfleet slot), or "". Moving it under them would turn their work into staged changes
@@ -116,10 +119,11 @@ def checked_out_elsewhere(worktree: Path, branch: str) -> str:
     heads = [(common / "HEAD", str(common.parent) if common.name == ".git" else str(common))]
     folder = common / "worktrees"
     for other in (folder.iterdir() if folder.is_dir() else []):
-        if other.resolve() == admin.resolve():
+        if other == admin or other in _SLOT_ADMINS:
             continue
         try:
             if (other / "locked").read_text(errors="replace").startswith("taskfleet pod="):
+                _SLOT_ADMINS.add(other)  # a slot stays one: its lock reason is never changed
                 continue
         except OSError:
             pass
