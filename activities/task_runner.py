@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -202,8 +203,11 @@ class TaskActivities:
                 raise
             # git already waited a minute for the lock (another process on a shared clone lets
             # go sooner): a lock file that stays is stale, and every retry would wait again.
+            # The lock file first: a task's reason is cut at a few hundred characters.
+            named = _QUOTED_LOCK.search(err.stderr or "")
+            what = f"stale lock file {named.group(1)}" if named else str(err)
             raise ApplicationError(
-                f"{err}; it was held for over a minute: if no git process is using {params.repo}, remove that file",
+                f"{what}: git waited over a minute for it; if no git process is using the clone, remove it",
                 type="BadTaskSetup", non_retryable=True,
             ) from None
         if result.status == TASK_FAILED and result.failure_type:
@@ -385,6 +389,9 @@ class TaskActivities:
             await asyncio.to_thread(self.lessons.record, lesson)
         except OSError as err:
             activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
+
+
+_QUOTED_LOCK = re.compile(r"'([^']*\.lock)'")
 
 
 def _write_new_file(path: Path, text: str) -> None:

@@ -64,19 +64,45 @@ def _token_of(environ: bytes) -> str:
     return environ[start:end if end >= 0 else len(environ)].decode(errors="replace")
 
 
-def processes_with_tokens(tokens: set[str]) -> list[int]:
-    """Live processes whose environment carries one of these executor tokens: one pass over /proc."""
-    found = []
+def _scan(tokens: set[str]) -> tuple[list[int], list[int]]:
+    """One pass over /proc: live processes carrying one of the tokens, and user processes whose
+    environment read empty. A process in the middle of `execve` (a `setsid` child turning into its
+    command, just as its task ends) shows an empty environment for a moment: it is looked at again."""
+    found, unsure = [], []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                if _token_of(handle.read()) in tokens and process_alive(int(entry.name)):
-                    found.append(int(entry.name))
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read()
         except OSError:
             continue
-    return found
+        if environ:
+            if _token_of(environ) in tokens and process_alive(pid):
+                found.append(pid)
+        elif pid not in _STABLY_EMPTY and _user_process(pid):
+            unsure.append(pid)
+    return found, unsure
+
+
+# Processes whose environment stayed empty through a whole re-look (started with `env -i`, say):
+# not in an exec, so not looked at again each time.
+_STABLY_EMPTY: set[int] = set()
+
+
+def _user_process(pid: int) -> bool:
+    """Alive, and not a kernel thread (those always read an empty environment)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] != "Z" and pid != 2 and fields[1] not in ("0", "2")
+
+
+def processes_with_tokens(tokens: set[str]) -> list[int]:
+    """Live processes whose environment carries one of these executor tokens: one pass over /proc."""
+    return _scan(tokens)[0]
 
 
 def processes_with_token(token: str) -> list[int]:
@@ -91,7 +117,18 @@ def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0) -> int:
     (a detached `gc --auto`, say) then removes its lock and temporary files as it goes."""
     signalled: set[int] = set()
     started = time.monotonic()
-    while (pids := processes_with_tokens(tokens)) and time.monotonic() - started < wait:
+    looks_again = 5  # passes more while only processes in the middle of an exec were seen
+    while time.monotonic() - started < wait:
+        pids, unsure = _scan(tokens)
+        if not pids:
+            if not unsure:
+                break
+            if looks_again == 0:
+                _STABLY_EMPTY.update(unsure)
+                break
+            looks_again -= 1
+            time.sleep(0.005)
+            continue
         hard = time.monotonic() - started >= grace
         for pid in pids:
             if pid in signalled and not hard:
