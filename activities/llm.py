@@ -28,7 +28,7 @@ from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, resolve
-from taskfleet.activities.task_runner import task_file_stem
+from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -379,7 +379,7 @@ class LLMActivities:
         try:
             worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
         except BranchCheckedOut as err:
-            raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
+            raise needs_a_person(err) from None
         result.setup_seconds = worktree.setup_seconds
         try:
             with open(log_path, "a+b") as log:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -196,20 +195,11 @@ class TaskActivities:
             finally:
                 self.worktrees.give_back(worktree)
                 result.seconds = time.monotonic() - started
-        except BranchCheckedOut as err:
-            raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
-        except GitError as err:
-            if not is_lock_contention(err.stderr):
+        except (BranchCheckedOut, GitError) as err:
+            person = needs_a_person(err)
+            if person is None:
                 raise
-            # git already waited a minute for the lock (another process on a shared clone lets
-            # go sooner): a lock file that stays is stale, and every retry would wait again.
-            # The lock file first: a task's reason is cut at a few hundred characters.
-            named = _QUOTED_LOCK.search(err.stderr or "")
-            what = f"stale lock file {named.group(1)}" if named else str(err)
-            raise ApplicationError(
-                f"{what}: git waited over a minute for it; if no git process is using the clone, remove it",
-                type="BadTaskSetup", non_retryable=True,
-            ) from None
+            raise person from None
         if result.status == TASK_FAILED and result.failure_type:
             await self._record_lesson(params, result)
         return result
@@ -391,7 +381,21 @@ class TaskActivities:
             activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
 
 
-_QUOTED_LOCK = re.compile(r"'([^']*\.lock)'")
+def needs_a_person(err: Exception) -> ApplicationError | None:
+    """The task's non-retryable `BadTaskSetup` for a set-up failure only a person can clear (a
+    branch they have checked out, a lock file that stays), or None: a retry may still succeed."""
+    if isinstance(err, BranchCheckedOut):
+        return ApplicationError(str(err), type="BadTaskSetup", non_retryable=True)
+    if isinstance(err, GitError) and is_lock_contention(err.stderr):
+        # git already waited a minute for the lock (another process on a shared clone lets go
+        # sooner): a lock file that stays is stale, and every retry would wait again. The lock
+        # file first: a task's reason is cut at a few hundred characters.
+        what = f"stale lock file {err.lock_file}" if err.lock_file else str(err)
+        return ApplicationError(
+            f"{what}: git waited over a minute for it; if no git process is using the clone, remove it",
+            type="BadTaskSetup", non_retryable=True,
+        )
+    return None
 
 
 def _write_new_file(path: Path, text: str) -> None:

@@ -37,7 +37,7 @@ GIT_ENV = {
 }
 
 
-_NAMES_A_LOCK = re.compile(r"'[^']*\.lock'")  # git quotes the lock file it could not create
+_NAMES_A_LOCK = re.compile(r"'([^']*\.lock)'")  # git quotes the lock file it could not create
 
 
 def _nothing() -> None:
@@ -54,6 +54,7 @@ class GitError(Exception):
         # that names a lock file says which file.
         named = [line for line in lines if _NAMES_A_LOCK.search(line)]
         detail = named[0] if named else (lines[-1] if lines else f"exit {code}")
+        self.lock_file = _NAMES_A_LOCK.search(named[0]).group(1) if named else ""  # the lock it met, if any
         super().__init__(f"git {' '.join(args[:2])} failed: {detail.strip()}")
 
 

@@ -292,7 +292,7 @@ async def _show_closed(args: argparse.Namespace, handle: WorkflowHandle) -> None
     state = description.status.name if description.status else "UNKNOWN"
     if p is None:  # no worker answered: what `status --json` says then
         if args.json:
-            _print_json({"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0})
+            _print_json(_unanswered(state))
         return
     if args.json:
         try:
@@ -338,7 +338,7 @@ async def status(args: argparse.Namespace) -> int:
                   + (" (`temporal workflow show --workflow-id ...` has the history)" if not args.json else ""),
                   file=sys.stderr)
             if args.json:
-                _print_json({"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0})
+                _print_json(_unanswered(state))
             return 1
     if args.json:
         try:  # every task's outcome, streamed from the run store (a big run's are only there)
@@ -356,6 +356,11 @@ async def status(args: argparse.Namespace) -> int:
         for t in p.tasks:
             print(f"  {t.id:<20} {t.status:<10} {'landed' if t.landed else ''}")
     return _status_exit(description.status)
+
+
+def _unanswered(state: str) -> dict[str, Any]:
+    """`status --json` of a closed run whose progress no worker answered: its state, no tasks."""
+    return {"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0}
 
 
 def _status_exit(status: WorkflowExecutionStatus | None) -> int:

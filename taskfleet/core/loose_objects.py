@@ -145,37 +145,28 @@ def read_ref(repo: str | Path, ref: str) -> str | None:
     return value or None
 
 
-def _packed(common: Path, ref: str) -> str | None:
+def _packed_refs(common: Path) -> list[tuple[str, str]]:
+    """(object id, ref name) of every ref in `packed-refs` (peeled lines and comments skipped)."""
     try:
         text = (common / "packed-refs").read_text()
     except FileNotFoundError:
-        return None
+        return []
     except OSError as err:
         raise NotPlain(f"packed-refs: {err}") from None
-    suffix = " " + ref
-    for line in text.splitlines():
-        if line.endswith(suffix) and not line.startswith(("#", "^")):
-            return line.split(" ", 1)[0]
-    return None
+    return [(oid, name.strip()) for oid, _, name in (line.partition(" ") for line in text.splitlines())
+            if name and not oid.startswith(("#", "^"))]
+
+
+def _packed(common: Path, ref: str) -> str | None:
+    return next((oid for oid, name in _packed_refs(common) if name == ref), None)
 
 
 def packed_conflict(common: Path, ref: str) -> str:
     """A packed ref whose name is a folder of `ref` or inside it (`refs/heads/task` against a
     packed `refs/heads/task/a`, or the reverse), or "": git refuses to create such a pair, and
     once both exist the clone can be neither cloned nor pushed whole."""
-    try:
-        text = (common / "packed-refs").read_text()
-    except FileNotFoundError:
-        return ""
-    except OSError as err:
-        raise NotPlain(f"packed-refs: {err}") from None
-    for line in text.splitlines():
-        if line.startswith(("#", "^")) or " " not in line:
-            continue
-        name = line.split(" ", 1)[1].strip()
-        if name.startswith(ref + "/") or ref.startswith(name + "/"):
-            return name
-    return ""
+    return next((name for _, name in _packed_refs(common)
+                 if name.startswith(ref + "/") or ref.startswith(name + "/")), "")
 
 
 def ready_ref_path(root: Path, path: Path) -> None:
@@ -229,6 +220,7 @@ def update_ref(repo: str | Path, ref: str, new: str, old: str | None, check_old:
     path = _ref_path(repo, ref)
     common = layout(repo).common_dir
     ready_ref_path(common, path)
-    if packed_conflict(common, ref):
-        raise NotPlain(f"{ref} conflicts with the packed ref {packed_conflict(common, ref)}")
+    clash = packed_conflict(common, ref)
+    if clash:
+        raise NotPlain(f"{ref} conflicts with the packed ref {clash}")
     return write_locked(path, new + "\n", (lambda: read_ref(repo, ref) == old) if check_old else None)
