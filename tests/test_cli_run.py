@@ -128,3 +128,20 @@ async def test_after_a_cancel_run_and_status_still_say_what_ran_and_landed(
         assert {t["id"]: t["landed"] for t in json.loads(status.stdout)["tasks"]} == {"quick": True, "slow": False}
         text = await cli(server_address, "status", workflow_id, task_queue=task_queue)
         assert "CANCELED" in text.stdout and "quick" in text.stdout and "landed" in text.stdout
+
+
+async def test_small_mistakes_on_the_command_line_are_one_line_each(server_address, task_queue, make_worker, git_remote, tmp_path):
+    """A zero window, a refused lessons query, cancelling a run that has ended: one line, no traceback."""
+    board = tmp_path / "b.toml"
+    board.write_text('name = "m"\nrun = "true"\nverify = "true"\n[[tasks]]\nid = "m1"\n')
+    zero = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--max-parallel", "0",
+                     task_queue=task_queue)
+    assert zero.returncode == 2 and "max_parallel" in zero.stderr and "Traceback" not in zero.stderr
+    async with make_worker():
+        bad = await cli(server_address, "lessons", "query", "--seen-after", "notadate", task_queue=task_queue)
+        assert bad.returncode == 2 and "notadate" in bad.stderr and "Traceback" not in bad.stderr
+        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
+                        "--id", f"ended-{task_queue}", task_queue=task_queue)
+        assert ran.returncode == 0, ran.stderr
+    again = await cli(server_address, "cancel", f"ended-{task_queue}", task_queue=task_queue)
+    assert again.returncode == 1 and "nothing to cancel" in again.stderr and "COMPLETED" in again.stderr

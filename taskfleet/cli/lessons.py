@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import uuid
 from dataclasses import asdict
 
+from temporalio.client import WorkflowFailureError
+
 from taskfleet.cli.common import client_for
+from taskfleet.core.errors import root_cause_message
 from taskfleet.core.models.lessons import LessonQuery, LessonsAnswer
 from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
 
@@ -22,10 +26,14 @@ async def lessons(args: argparse.Namespace) -> int:
             most_frequent=args.most_frequent, limit=args.limit,
         )
     client = await client_for(args)
-    answer: LessonsAnswer = await client.execute_workflow(
-        LESSONS_QUERY_WORKFLOW, query, id=f"taskfleet-lessons-{uuid.uuid4().hex[:8]}",
-        task_queue=args.task_queue, result_type=LessonsAnswer,
-    )
+    try:
+        answer: LessonsAnswer = await client.execute_workflow(
+            LESSONS_QUERY_WORKFLOW, query, id=f"taskfleet-lessons-{uuid.uuid4().hex[:8]}",
+            task_queue=args.task_queue, result_type=LessonsAnswer,
+        )
+    except WorkflowFailureError as err:  # the worker refused the query (a bad date, a bad limit)
+        print(f"taskfleet: lessons query refused: {root_cause_message(err)}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(asdict(answer) if query else asdict(answer.stats), indent=2))
         return 0

@@ -189,7 +189,7 @@ async def watch(
 def _board_overrides(args: argparse.Namespace) -> dict[str, Any]:
     out = {"run": args.run, "verify": args.verify, "base": args.base, "land": args.land,
            "implementer": getattr(args, "implementer", None), "model": getattr(args, "model", None)}
-    if args.max_parallel:
+    if args.max_parallel is not None:  # 0 or less is refused by the board's own check
         out["max_parallel"] = args.max_parallel
     return out
 
@@ -197,7 +197,10 @@ def _board_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _own_verification_of_file(args: argparse.Namespace, settings: Board) -> list[str]:
     if not args.verify or settings.format != "markdown":
         return []
-    return _own_verification(args, load_board(args.board, **_board_overrides(args)))
+    try:
+        return _own_verification(args, load_board(args.board, **_board_overrides(args)))
+    except BoardError:  # a bad row fails that task alone when the run loads it; this is only a notice
+        return []
 
 
 def _own_verification(args: argparse.Namespace, board: Board) -> list[str]:
@@ -292,11 +295,11 @@ async def _show_closed(args: argparse.Namespace, handle: WorkflowHandle) -> None
     state = description.status.name if description.status else "UNKNOWN"
     if p is None:  # no worker answered: what `status --json` says then
         if args.json:
-            _print_json(_unanswered(state))
+            _print_json({**_unanswered(state), "workflow_id": handle.id})
         return
     if args.json:
         try:
-            write_status_json(sys.stdout, state, p)
+            write_status_json(sys.stdout, state, p, workflow_id=handle.id)
             sys.stdout.flush()
         except RunStoreError as err:
             print(f"taskfleet: {handle.id}: its outcomes cannot be read from here: {err}", file=sys.stderr)
@@ -378,8 +381,15 @@ async def _closed_progress(handle: WorkflowHandle, timeout: float) -> Orchestrat
 
 async def cancel(args: argparse.Namespace) -> int:
     client = await client_for(args)
+    handle = client.get_workflow_handle(args.workflow_id)
     try:
-        await client.get_workflow_handle(args.workflow_id).cancel()
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            state = description.status.name if description.status else "UNKNOWN"
+            print(f"taskfleet: {args.workflow_id} is {state} already (closed at {description.close_time}); "
+                  "nothing to cancel", file=sys.stderr)
+            return 1
+        await handle.cancel()
     except RPCError as err:
         print(f"taskfleet: cannot cancel {args.workflow_id}: {err.message}", file=sys.stderr)
         return 1
@@ -392,7 +402,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("board", help="tasks/board-*.md or a .toml board")
     run.add_argument("--repo", required=True, help="the clone the tasks branch from (path on the worker)")
     run.add_argument("--remote", default="origin")
-    run.add_argument("--max-parallel", type=int, default=0)
+    run.add_argument("--max-parallel", type=int, default=None)
     run.add_argument("--run", help="executor command for a markdown board")
     run.add_argument("--verify", help="verification command for a markdown board")
     run.add_argument("--base", help="base branch (markdown board; default main)")

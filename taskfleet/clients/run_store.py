@@ -85,13 +85,14 @@ def _with_recent(stored: Iterator[dict[str, Any]], recent: list[dict[str, Any]])
 
 
 def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
-                      result: OrchestratorResult | None = None) -> int:
+                      result: OrchestratorResult | None = None, workflow_id: str = "") -> int:
     """`status --json`: state and progress; `tasks` every outcome: a finished run's from its result
     when that holds them all (board order), else from the run store (a running run: then the
     tasks in flight); a run that predates the store from its result or progress."""
     data = asdict(progress)
     data.pop("tasks")
-    head = {"status": state, "counts": data.pop("counts"), "running": data.pop("running")}
+    head = {"status": state, "counts": data.pop("counts"), "running": data.pop("running"),
+            **({"workflow_id": workflow_id} if workflow_id else {})}
     tail = {**data, **({"stats": asdict(result.stats)} if result is not None else {})}
     if result is not None and result.tasks and len(result.tasks) >= result.recorded:
         # A finished run whose result holds every outcome: those, in board order (as `run --json`).
