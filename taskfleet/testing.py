@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,29 @@ class GitRemoteFixture(SampleRemote):
         target = worktree / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+
+    def branch_with(self, branch: str, files: dict[str, str | None], base: str = "main", message: str = "") -> str:
+        """Commit `files` (path -> content; None deletes) on a new `branch` from `base`, in the clone,
+        without a checkout (a private index); returns the commit."""
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+
+            def run(*args: str, stdin: str | None = None) -> str:
+                done = subprocess.run(["git", *args], cwd=self.clone, env=env, input=stdin, capture_output=True,
+                                      text=True, check=True)
+                return done.stdout.strip()
+
+            run("read-tree", base)
+            for path, content in files.items():
+                if content is None:
+                    run("update-index", "--force-remove", "--", path)
+                else:
+                    blob = run("hash-object", "-w", "--stdin", stdin=content)
+                    run("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+            tree = run("write-tree")
+            commit = run("commit-tree", tree, "-p", base, "-m", message or f"{branch}: change")
+            run("update-ref", f"refs/heads/{branch}", commit)
+        return commit
 
     def commit_ops(self, prefix: str, count: int) -> list[GitOp]:
         """`count` commit ops, each on its own worktree and branch `<prefix>/<i>` with one new file."""
