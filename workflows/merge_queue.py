@@ -113,9 +113,13 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
                              self.config.remote, self.config.target, self.s.runs, len(self.s.queue), len(self.s.halves))
         self._refresh_details()
         while True:
+            # The timer is armed for the head of the queue as it is now; a new head (an entry into
+            # an empty queue) or a new retry time wakes the loop to arm it again.
+            armed = self._wake_key()
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self._outbox) or self._should_continue_as_new() or self._work_ready(),
+                    lambda: bool(self._outbox) or self._should_continue_as_new() or self._work_ready()
+                    or self._wake_key() != armed,
                     timeout=self._next_wake(), timeout_summary="a batch is due",
                 )
             except asyncio.TimeoutError:
@@ -142,6 +146,9 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
 
     def _oldest_wait(self) -> float:
         return (workflow.now() - datetime.fromisoformat(self.s.queue[0].enqueued_at)).total_seconds()
+
+    def _wake_key(self) -> tuple[str, str]:
+        return (self.s.queue[0].id if self.s.queue else "", self.s.retry_at)
 
     def _next_wake(self) -> Optional[timedelta]:
         waits = []
