@@ -55,6 +55,23 @@ class GitRemoteFixture(SampleRemote):
             run("update-ref", f"refs/heads/{branch}", commit)
         return commit
 
+    def many_branches(self, prefix: str, count: int, base: str = "main") -> dict[str, str]:
+        """`count` branches `<prefix>/<i>` off `base`, each adding its own file `<prefix>/<i>.txt`,
+        written by one `git fast-import`; returns branch -> commit."""
+        start = git(self.clone, "rev-parse", base)
+        script = []
+        for i in range(count):
+            body = f"{prefix}/{i}\n"
+            message = f"{prefix} {i}\n"
+            script += [f"commit refs/heads/{prefix}/{i}", f"mark :{i + 1}",
+                       "committer taskfleet tests <tests@taskfleet.invalid> 1700000000 +0000",
+                       f"data {len(message.encode())}", message + f"from {start}",
+                       f"M 100644 inline {prefix}/{i}.txt", f"data {len(body.encode())}", body]
+        subprocess.run(["git", "fast-import", "--quiet"], cwd=self.clone, input="\n".join(script) + "\n",
+                       text=True, check=True, capture_output=True)
+        heads = git(self.clone, "for-each-ref", "--format=%(refname:short) %(objectname)", f"refs/heads/{prefix}/")
+        return dict(line.split(" ", 1) for line in heads.splitlines())
+
     def commit_ops(self, prefix: str, count: int) -> list[GitOp]:
         """`count` commit ops, each on its own worktree and branch `<prefix>/<i>` with one new file."""
         ops = []
