@@ -91,6 +91,7 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
             self._config_error = self._config_error or f"bad carried state ({clip(str(err), 200)})"
             self.s = MergeQueueState()
         self._in_flight: Optional[QueueBatch] = None
+        self._after_batch: list[tuple[QueueEntry, str, list[str]]] = []
         self._outbox: dict[str, list[EntryOutcome]] = {}
         self._lessons: list[Lesson] = []
         self._draining = False

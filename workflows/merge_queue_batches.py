@@ -56,6 +56,8 @@ GIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficie
 VERIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
                            maximum_attempts=3, non_retryable_error_types=list(CANNOT_LAND))
 TRAIL = 20  # verify runs and splits remembered per entry
+# How a batch's steps ended.
+LANDED, SPLIT, KEPT, DONE = "landed", "split", "kept", "done"
 BACKOFF_MAX_SECONDS = 600.0
 
 
@@ -66,6 +68,7 @@ class BatchesMixin:
     config: MergeQueueConfig
     s: MergeQueueState
     _in_flight: Optional[QueueBatch]
+    _after_batch: list[tuple[QueueEntry, str, list[str]]]
 
     def _new_batch(self, entries: list[QueueEntry], verify: str, half_of: str = "") -> QueueBatch:
         batch = QueueBatch(id=f"batch-{self.s.next_batch}", entries=entries, verify=verify, half_of=half_of,
@@ -76,35 +79,50 @@ class BatchesMixin:
     async def _run_batch(self, batch: QueueBatch) -> None:
         """Merge, verify, push; rebuilt while the target moves under it; split when red."""
         self._in_flight = batch
+        self._after_batch = []
         try:
-            while batch.entries:
-                built = await self._build(batch)
-                if built is None:
-                    return
-                await self._tell()  # conflicts and refusals are answered before the verify starts
-                if not batch.entries:
-                    return
-                verified = await self._verify(batch)
-                if verified is None:
-                    return
-                if not verified.passed:
-                    await self._red(batch, verified)
-                    return
-                pushed = await self._push(batch)
-                if pushed is None:
-                    return
-                if pushed.status == PUSH_LANDED:
-                    await self._green(batch, pushed)
-                    return
-                # The target moved since the chain was built (someone pushed): rebuild on the new
-                # tip and verify again. The lease made the push refuse; nothing was forced.
-                workflow.logger.info("%s: %s moved to %s; rebuilding", batch.id, self.config.target, pushed.tip[:12])
-                batch.rebuilds += 1
-                self.s.stats.rebuilds += 1
-                self.s.target_tip = pushed.tip
+            ended = await self._steps(batch)
         finally:
             self._in_flight = None
             self._refresh_details()
+        # Entries that conflicted only with entries ahead of them in this batch: once those landed,
+        # they are answered with the tip to redo them on; if the batch was split or kept, they go
+        # along with it (whether they conflict depends on what of it lands).
+        deferred, self._after_batch = self._after_batch, []
+        if ended in (SPLIT, KEPT) and deferred:
+            self.s.halves[1 if ended == SPLIT else 0].entries.extend(entry for entry, _, _ in deferred)
+        else:
+            for entry, reason, files in deferred:
+                self._decide(entry, ENTRY_CONFLICT, reason, commit=self.s.target_tip, batch_id=batch.id, files=files)
+        await self._tell()
+
+    async def _steps(self, batch: QueueBatch) -> str:
+        """How the batch ended: landed, split (red), kept (for a later try) or done (nothing left)."""
+        while batch.entries:
+            built = await self._build(batch)
+            if built is None:
+                return KEPT if self.s.halves and self.s.halves[0] is batch else DONE
+            await self._tell()  # conflicts and refusals are answered before the verify starts
+            if not batch.entries:
+                return DONE
+            verified = await self._verify(batch)
+            if verified is None:
+                return KEPT if self.s.halves and self.s.halves[0] is batch else DONE
+            if not verified.passed:
+                return await self._red(batch, verified)
+            pushed = await self._push(batch)
+            if pushed is None:
+                return KEPT if self.s.halves and self.s.halves[0] is batch else DONE
+            if pushed.status == PUSH_LANDED:
+                await self._green(batch, pushed)
+                return LANDED
+            # The target moved since the chain was built (someone pushed): rebuild on the new
+            # tip and verify again. The lease made the push refuse; nothing was forced.
+            workflow.logger.info("%s: %s moved to %s; rebuilding", batch.id, self.config.target, pushed.tip[:12])
+            batch.rebuilds += 1
+            self.s.stats.rebuilds += 1
+            self.s.target_tip = pushed.tip
+        return DONE
 
     def _stage(self, batch: QueueBatch, stage: str) -> None:
         batch.stage = stage
@@ -131,6 +149,8 @@ class BatchesMixin:
                 merged.append(entry)
             elif fate is not None and fate.status == MERGE_IN_TARGET:
                 self._decide(entry, ENTRY_LANDED, fate.reason, commit=built.tip, batch_id=batch.id)
+            elif fate is not None and fate.status == MERGE_CONFLICT and fate.with_batch:
+                self._after_batch.append((entry, fate.reason, fate.files))
             elif fate is not None and fate.status == MERGE_CONFLICT:
                 self._decide(entry, ENTRY_CONFLICT, fate.reason, commit=built.tip, batch_id=batch.id, files=fate.files)
             else:
@@ -180,7 +200,7 @@ class BatchesMixin:
         self._resize(+1)
         await self._tell()
 
-    async def _red(self, batch: QueueBatch, verified: VerifyOutput) -> None:
+    async def _red(self, batch: QueueBatch, verified: VerifyOutput) -> str:
         self._resize(-1)
         what = "timed out" if verified.timed_out else f"exited with {verified.exit_code}"
         if len(batch.entries) == 1:
@@ -190,7 +210,7 @@ class BatchesMixin:
                          f"{self.config.target} at {batch.base_tip[:12]} ({batch.id})",
                          commit=batch.base_tip, batch_id=batch.id, output_tail=verified.output_tail)
             await self._tell()
-            return
+            return DONE
         # Bisect: the first half runs next on the current tip, then the second on whatever the tip
         # is by then; both before anything still queued, so entries keep their order.
         self._stage(batch, STAGE_BISECTING)
@@ -202,6 +222,7 @@ class BatchesMixin:
                   self._new_batch(batch.entries[middle:], batch.verify, batch.id)]
         self.s.halves[0:0] = halves
         workflow.logger.info("%s is red (%s): split into %s", batch.id, what, ", ".join(h.id for h in halves))
+        return SPLIT
 
     def _resize(self, direction: int) -> None:
         """Grow the window by one after green, halve it after red (between 1 and max_batch)."""

@@ -77,6 +77,12 @@ def _is_ancestor(repo: Repo, commit: str, of: str) -> bool:
     return status == 0
 
 
+def _merges_cleanly(repo: Repo, base: str, commit: str) -> bool:
+    status, _, _ = repo.git.merge_tree("--write-tree", "--no-messages", base, commit, with_exceptions=False,
+                                       with_extended_output=True)
+    return status == 0
+
+
 def merge_entry(repo: Repo, remote: str, target: str, tip: str, current: str, entry: QueueEntry,
                 env: dict[str, str]) -> tuple[EntryMerge, str]:
     """Merge one entry onto the chain `current` (built on `tip`); its fate and the new chain head."""
@@ -95,9 +101,11 @@ def merge_entry(repo: Repo, remote: str, target: str, tip: str, current: str, en
                                            entry.expect_commit, with_exceptions=False, with_extended_output=True)
     if status == 1:
         files = sorted({line for line in out.splitlines()[1:] if line.strip()})
+        alone = current != tip and _merges_cleanly(repo, tip, entry.expect_commit)
+        where = f"{target} with the entries ahead of it" if alone else target
         return EntryMerge(entry.id, MERGE_CONFLICT, (
-            f"{entry.branch} does not merge onto {target}: conflicts in {', '.join(files[:20]) or '(unknown)'}"
-            + (f" and {len(files) - 20} more" if len(files) > 20 else "")), files=files[:200]), current
+            f"{entry.branch} does not merge onto {where}: conflicts in {', '.join(files[:20]) or '(unknown)'}"
+            + (f" and {len(files) - 20} more" if len(files) > 20 else "")), files=files[:200], with_batch=alone), current
     if status != 0:
         return EntryMerge(entry.id, MERGE_REFUSED, f"git merge-tree failed: {(err or out).strip()[:300]}"), current
     tree = out.splitlines()[0].strip()

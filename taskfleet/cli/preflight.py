@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from taskfleet.core.default_branch import default_branch
 from taskfleet.core.errors import StartupError
 
 
@@ -36,10 +37,34 @@ def check_clone(repo: str, base: str, remote: str) -> str:
             f"--repo {repo}: has no remote {remote!r} (it has: {', '.join(remotes) or 'none'}); "
             "pass --remote or add one with `git remote add`"
         )
-    for ref in (f"refs/heads/{base}", f"refs/remotes/{remote}/{base}"):
-        if _git(path, "rev-parse", "--verify", "--quiet", ref).returncode == 0:
-            return path
-    raise StartupError(
-        f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
-        "pass --base (markdown board) or set `base` in the board"
-    )
+    if not _has_branch(path, remote, base):
+        raise StartupError(
+            f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
+            "pass --base (markdown board) or set `base` in the board"
+        )
+    return path
+
+
+def _has_branch(path: str, remote: str, branch: str) -> bool:
+    return any(_git(path, "rev-parse", "--verify", "--quiet", ref).returncode == 0
+               for ref in (f"refs/heads/{branch}", f"refs/remotes/{remote}/{branch}"))
+
+
+def default_base(repo: str, remote: str) -> str:
+    """The base of a board that names none: the remote's default branch (what `<remote>/HEAD` names)."""
+    name = default_branch(os.path.abspath(repo), remote)
+    if not name:
+        raise StartupError(
+            f"--repo {repo}: cannot tell the default branch of {remote} (no {remote}/HEAD, and the remote "
+            "does not say); pass --base (markdown board) or set `base` in the board"
+        )
+    return name
+
+
+def check_queue_target(repo: str, target: str, remote: str) -> None:
+    """A board landing through the merge queue needs its target branch on the remote."""
+    if not _has_branch(repo, remote, target):
+        raise StartupError(
+            f"--repo {repo}: the merge queue's target {target!r} exists neither locally nor on {remote}; "
+            "set `queue_target` (or `base`) to a branch the remote has"
+        )

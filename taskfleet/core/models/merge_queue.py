@@ -219,6 +219,9 @@ class EntryMerge:
     status: str  # merged | in_target | conflict | refused
     reason: str = ""
     files: list[str] = field(default_factory=list)
+    # conflict: only with entries ahead of it in this batch (it merges onto the target's tip alone),
+    # so it is answered once the batch is through, with the tip to redo it on.
+    with_batch: bool = False
 
 
 @dataclass
