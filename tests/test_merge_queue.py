@@ -114,6 +114,7 @@ async def test_two_entries_that_pass_alone_but_fail_together_are_bisected(client
         await q.enqueue(caller)
         await q.flush()
         status = await decided(q, 2)
+        save_history("merge_queue_bisection", (await q.handle.fetch_history()).to_json())
     done = outcomes(status)
     assert done["rename"].status == "landed", done["rename"]
     rejected = done["caller"]

@@ -11,6 +11,7 @@ from taskfleet.clients.merge_queue import MergeQueueClient
 from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, save_history
 from tests.test_merge_queue import decided
+from tests.test_worker_process import free_port
 
 
 def merges_of(fx: GitRemoteFixture, entry_id: str) -> int:
@@ -127,5 +128,42 @@ async def test_entries_streaming_through_continue_as_new_land_once(client: Clien
     assert status.stats.entries == len(branches) and status.stats.landed == len(branches), status.stats
     assert description.raw_description.workflow_execution_info.history_length < 400
     assert fx.pushes() == status.stats.pushes
+    for branch in branches:
+        assert merges_of(fx, branch) == 1, branch
+
+
+async def test_a_server_restart_mid_verify_loses_no_entry(git_remote: GitRemoteFixture, tmp_path: Path):
+    """The queue lives in the server's history: with the server (its SQLite file) and the worker
+    killed outright mid-verify and started again, every entry lands, once."""
+    fx = git_remote
+    started = tmp_path / "verify-started"
+    verify = f'if [ ! -e "{started}" ]; then touch "{started}"; sleep 600; fi; test -f README.md'
+    port = free_port()
+    args = ("--dev", "--address", f"127.0.0.1:{port}", "--ui-port", str(free_port()), "--state-dir",
+            str(tmp_path / "state"), "--task-queue", "restart")
+    config = MergeQueueConfig(repo=str(fx.clone), target="main", verify=verify, max_batch=2, max_wait_seconds=3600,
+                              heartbeat_timeout_seconds=2)
+    branches = fx.many_branches("restart", 3)
+    first = WorkerProcess(*args, log=tmp_path / "worker1.log")
+    await first.wait_started()
+    q = MergeQueueClient(await Client.connect(f"127.0.0.1:{port}"), config, "restart")
+    for branch, commit in branches.items():
+        await q.enqueue(QueueEntry(branch=branch, expect_commit=commit, id=branch))
+
+    async def verifying() -> None:
+        assert started.exists(), "the verify has not started yet"
+
+    await eventually(verifying)
+    first.kill_group()  # the worker and the dev server it started, both SIGKILLed
+    second = WorkerProcess(*args, log=tmp_path / "worker2.log")
+    try:
+        await second.wait_started()
+        assert "started the embedded dev server" in second.output()
+        q = MergeQueueClient(await Client.connect(f"127.0.0.1:{port}"), config, "restart")
+        await q.flush()
+        status = await decided(q, 3, timeout=120)
+    finally:
+        second.kill_group()
+    assert status.stats.landed == 3 and status.stats.entries == 3, status.stats
     for branch in branches:
         assert merges_of(fx, branch) == 1, branch

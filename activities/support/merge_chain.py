@@ -83,20 +83,18 @@ def _merges_cleanly(repo: Repo, base: str, commit: str) -> bool:
     return status == 0
 
 
-def merge_entry(repo: Repo, remote: str, target: str, tip: str, current: str, entry: QueueEntry,
-                env: dict[str, str]) -> tuple[EntryMerge, str]:
-    """Merge one entry onto the chain `current` (built on `tip`); its fate and the new chain head."""
+def merge_entry(repo: Repo, remote: str, target: str, tip: str, chain: tuple[str, str], entry: QueueEntry,
+                env: dict[str, str]) -> tuple[EntryMerge, tuple[str, str]]:
+    """Merge one entry onto the chain (its head commit and tree, built on `tip`); its fate and the
+    chain after it. Two git processes in the common case: `merge-tree` and `commit-tree`."""
+    current, current_tree = chain
     actual = _entry_commit(repo, remote, entry)
     if actual is None:
-        return EntryMerge(entry.id, MERGE_REFUSED, f"branch {entry.branch} does not exist in {repo.working_dir}"), current
+        return EntryMerge(entry.id, MERGE_REFUSED, f"branch {entry.branch} does not exist in {repo.working_dir}"), chain
     if actual != entry.expect_commit:
         return EntryMerge(entry.id, MERGE_REFUSED, (
             f"branch {entry.branch} is at {actual} in the clone, not at the expected commit {entry.expect_commit}: "
-            "it moved after the entry was sent; send it again with its new commit")), current
-    if _is_ancestor(repo, entry.expect_commit, tip):
-        return EntryMerge(entry.id, MERGE_IN_TARGET, f"{entry.branch} is in {target} already"), current
-    if _is_ancestor(repo, entry.expect_commit, current):
-        return EntryMerge(entry.id, MERGE_MERGED, "contained in an entry ahead of it"), current
+            "it moved after the entry was sent; send it again with its new commit")), chain
     status, out, err = repo.git.merge_tree("--write-tree", "--name-only", "--no-messages", current,
                                            entry.expect_commit, with_exceptions=False, with_extended_output=True)
     if status == 1:
@@ -105,14 +103,21 @@ def merge_entry(repo: Repo, remote: str, target: str, tip: str, current: str, en
         where = f"{target} with the entries ahead of it" if alone else target
         return EntryMerge(entry.id, MERGE_CONFLICT, (
             f"{entry.branch} does not merge onto {where}: conflicts in {', '.join(files[:20]) or '(unknown)'}"
-            + (f" and {len(files) - 20} more" if len(files) > 20 else "")), files=files[:200], with_batch=alone), current
+            + (f" and {len(files) - 20} more" if len(files) > 20 else "")), files=files[:200], with_batch=alone), chain
     if status != 0:
-        return EntryMerge(entry.id, MERGE_REFUSED, f"git merge-tree failed: {(err or out).strip()[:300]}"), current
+        return EntryMerge(entry.id, MERGE_REFUSED, f"git merge-tree failed: {(err or out).strip()[:300]}"), chain
     tree = out.splitlines()[0].strip()
+    if tree == current_tree:
+        # It adds nothing to the chain: most often it is in the target already (an earlier push of
+        # this batch landed before its worker died) or in an entry ahead of it.
+        if _is_ancestor(repo, entry.expect_commit, tip):
+            return EntryMerge(entry.id, MERGE_IN_TARGET, f"{entry.branch} is in {target} already"), chain
+        if _is_ancestor(repo, entry.expect_commit, current):
+            return EntryMerge(entry.id, MERGE_MERGED, "contained in an entry ahead of it"), chain
     head = repo.git.commit_tree(tree, "-p", current, "-p", entry.expect_commit,
                                 "-m", f"Merge branch '{entry.branch}' into {target}",
                                 "-m", f"{QUEUE_TRAILER}: {entry.id}", env=env).strip()
-    return EntryMerge(entry.id, MERGE_MERGED), head
+    return EntryMerge(entry.id, MERGE_MERGED), (head, tree)
 
 
 def build_chain(params: BuildInput) -> BuildOutput:
@@ -123,14 +128,15 @@ def build_chain(params: BuildInput) -> BuildOutput:
     try:
         tip = fetch_target(repo, params.remote, params.target, params.queue_ref)
         env = commit_env(repo)
-        current, merges = tip, []
+        chain, merges = (tip, repo.git.rev_parse(f"{tip}^{{tree}}")), []
         for entry in params.entries:
             try:
-                merge, current = merge_entry(repo, params.remote, params.target, tip, current, entry, env)
+                merge, chain = merge_entry(repo, params.remote, params.target, tip, chain, entry, env)
             except GitCommandError as err:
                 detail = (err.stderr or str(err)).strip().splitlines()
                 merge = EntryMerge(entry.id, MERGE_REFUSED, f"git failed on {entry.branch}: {detail[-1] if detail else err}")
             merges.append(merge)
+        current = chain[0]
         if current != tip:  # keeps the chain's objects reachable until the next batch replaces it
             repo.git.update_ref(params.queue_ref.rsplit("/", 1)[0] + "/candidate", current)
         return BuildOutput(params.batch_id, tip, current, merges, time.monotonic() - started)
