@@ -16,15 +16,14 @@ from typing import Any, Optional
 
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
-from temporalio.converter import value_to_type
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.workflows.intake import ids_to_carry, parse_state, refusal, remember_id, should_continue_as_new
 from taskfleet.workflows.merge_queue_batches import BatchesMixin
 from taskfleet.workflows.merge_queue_outcomes import OutcomesMixin
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.core.bounded import args_problem, clip, describe_args, json_size
-    from taskfleet.core.models.git_batch import RejectedOp
+    from taskfleet.core.bounded import args_problem, clip, json_size
     from taskfleet.core.models.lessons import Lesson
     from taskfleet.core.models.merge_queue import (
         EntryOutcome,
@@ -60,16 +59,6 @@ CARRIED_IDS_BYTES = 96 * 1024
 REASON_CHARS = 500
 
 
-def _parse_state(raw: Any) -> MergeQueueState:
-    if raw is None:
-        return MergeQueueState()
-    if isinstance(raw, MergeQueueState):
-        return raw
-    if not isinstance(raw, dict):
-        raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
-    return value_to_type(MergeQueueState, raw)
-
-
 # Worker Versioning: AUTO_UPGRADE, as the git batcher: a queue never ends (it continues as new), so
 # pinned it would hold its first version forever; its state travels as data, and any new command
 # is guarded with `workflow.patched`.
@@ -86,7 +75,7 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
             self._config_error = str(err)
             self.config = MergeQueueConfig(repo="", target="")
         try:
-            self.s = _parse_state(state)
+            self.s = parse_state(state, MergeQueueState)
         except Exception as err:  # noqa: BLE001
             self._config_error = self._config_error or f"bad carried state ({clip(str(err), 200)})"
             self.s = MergeQueueState()
@@ -184,11 +173,7 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
     # --- continue-as-new ---------------------------------------------------------------------------
 
     def _should_continue_as_new(self) -> bool:
-        info = workflow.info()
-        if info.is_continue_as_new_suggested():
-            return True
-        limit = self.config.max_history_events
-        return bool(limit) and info.get_current_history_length() >= limit
+        return should_continue_as_new(self.config.max_history_events)
 
     async def _continue_as_new(self) -> None:
         """Between batches (none is in flight): carry the queue, the halves and bounded history."""
@@ -202,13 +187,7 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
             outcome.output_tail = outcome.output_tail[-CARRIED_TAIL:]
         while s.rejected and json_size(s.rejected) > CARRIED_REJECTED_BYTES:
             s.rejected.pop(0)
-        ids, size = [], 0
-        for entry_id in reversed(s.recent_ids[-RECENT_IDS:]):
-            size += len(entry_id) + 3
-            if size > CARRIED_IDS_BYTES:
-                break
-            ids.append(entry_id)
-        s.recent_ids = ids[::-1]
+        s.recent_ids = ids_to_carry(s.recent_ids, RECENT_IDS, CARRIED_IDS_BYTES)
         workflow.logger.info("continuing as new with %d queued entries, %d halves", len(s.queue), len(s.halves))
         workflow.continue_as_new(args=[self.config, s])
 
@@ -258,12 +237,7 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
         if entry.id in self._seen:
             workflow.logger.info("entry %s already accepted; ignoring the repeat", entry.id)
             return entry.id
-        self._seen.add(entry.id)
-        self.s.recent_ids.append(entry.id)
-        if len(self.s.recent_ids) > 2 * RECENT_IDS:
-            dropped, self.s.recent_ids = self.s.recent_ids[:-RECENT_IDS], self.s.recent_ids[-RECENT_IDS:]
-            self._seen.difference_update(dropped)
-            self._seen.update(e.id for e in self._held_entries())
+        self.s.recent_ids = remember_id(self.s.recent_ids, self._seen, entry.id, RECENT_IDS)
         entry.enqueued_at = workflow.now().isoformat()
         self._hold(entry)
         self.s.queue.append(entry)
@@ -274,10 +248,8 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
     def _refuse(self, handler: str, args: tuple[Any, ...], reason: str) -> None:
         """Keep a bounded preview of a refused message (never the raw payload), and tell its sender."""
         reason = clip(reason, REASON_CHARS)
-        workflow.logger.warning("%s refused: %s", handler, reason)
         self.s.stats.refused_inputs += 1
-        entry = RejectedOp(op=describe_args(args), reason=reason, at=workflow.now().isoformat(), handler=handler)
-        self.s.rejected = (self.s.rejected + [entry])[-RECENT_REJECTIONS:]
+        self.s.rejected = refusal(handler, args, reason, self.s.rejected, RECENT_REJECTIONS)
         self._refusal_notice(args, reason)
         self._refresh_details()
 
