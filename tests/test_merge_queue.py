@@ -71,6 +71,12 @@ def passes_verify(fx: GitRemoteFixture, tmp: Path) -> bool:
     return subprocess.run(VERIFY, shell=True, cwd=checkout, capture_output=True).returncode == 0
 
 
+def queue_lessons(settings) -> list[dict]:
+    """The lessons the queue recorded (activity type `queue`), from the worker's lessons file."""
+    lessons = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()]
+    return [lesson for lesson in lessons if lesson["activity_type"] == "queue"]
+
+
 def outcomes(status: MergeQueueStatus) -> dict[str, object]:
     return {o.entry_id: o for o in status.recent}
 
@@ -125,10 +131,9 @@ async def test_two_entries_that_pass_alone_but_fail_together_are_bisected(client
     assert (s.verify_runs, s.bisection_steps, s.pushes, s.landed, s.rejected) == (3, 1, 1, 1, 1), s
     assert s.window == 1  # 4, halved after red (2), +1 after the green half (3), halved after the culprit
     assert passes_verify(fx, tmp_path)
-    lessons = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()]
-    queue_lessons = [lesson for lesson in lessons if lesson["activity_type"] == "queue"]
-    assert [(lesson["failure_type"], lesson["task_type"]) for lesson in queue_lessons] == [("verify_failed", "lib")]
-    assert "greet" in queue_lessons[0]["failure_msg"]
+    lessons = queue_lessons(settings)
+    assert [(lesson["failure_type"], lesson["task_type"]) for lesson in lessons] == [("verify_failed", "lib")]
+    assert "greet" in lessons[0]["failure_msg"]
 
 
 async def test_a_textual_conflict_is_answered_with_its_files(client, make_worker, task_queue, settings, tmp_path):
@@ -148,8 +153,7 @@ async def test_a_textual_conflict_is_answered_with_its_files(client, make_worker
     assert "shared.txt" in conflict.reason and not conflict.verified_in
     assert status.stats.verify_runs == 1 and status.stats.conflicts == 1 and fx.pushes() == 1
     assert git(fx.remote, "show", "main:shared.txt") == "line 1\nA\nline 3"
-    lessons = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()]
-    assert [lesson["failure_type"] for lesson in lessons if lesson["activity_type"] == "queue"] == ["conflict"]
+    assert [lesson["failure_type"] for lesson in queue_lessons(settings)] == ["conflict"]
 
 
 async def test_the_target_moved_by_a_person_mid_batch_is_rebuilt_never_forced(client, make_worker, task_queue,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from taskfleet.clients.merge_queue import merge_queue_workflow_id
 from tests.conftest import GitRemoteFixture, eventually, git
-from tests.test_temporal_cli import SHAPES, inputs_for, nested, run_temporal, temporal
+from tests.test_temporal_cli import SHAPES, inputs_for, nested, run_temporal, starts_fail_with_why, temporal
 from tests.user_cli import assert_one_line_refusal, taskfleet
 
 VERIFY = "test -f seed.marker"
@@ -152,17 +152,4 @@ async def test_bad_start_input_fails_the_queue_with_why(server_address, task_que
          "bad carried state"),
     ]
     async with make_worker():
-        for name, inputs, expected in cases:
-            wf = f"{name}-{task_queue}"
-            args = [a for i in inputs for a in ("--input", i)]
-            await temporal(server_address, "workflow", "start", "--workflow-id", wf, "--type", "MergeQueueWorkflow",
-                           "--task-queue", task_queue, *args)
-
-            async def failed() -> str:
-                out = await temporal(server_address, "workflow", "describe", "--workflow-id", wf, "-o", "json")
-                info = json.loads(out)["workflowExecutionInfo"]
-                assert info["status"] in ("WORKFLOW_EXECUTION_STATUS_FAILED", "Failed"), info["status"]
-                return await temporal(server_address, "workflow", "show", "--workflow-id", wf, "-o", "json")
-
-            history = await eventually(failed)
-            assert expected in history, (name, history[-2000:])
+        await starts_fail_with_why(server_address, task_queue, "MergeQueueWorkflow", cases)

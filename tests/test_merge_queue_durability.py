@@ -37,6 +37,36 @@ def worker_args(server_address: str, task_queue: str, tmp_path: Path) -> tuple[s
     return ("--address", server_address, "--task-queue", task_queue, "--state-dir", str(tmp_path / "state"))
 
 
+async def kill_a_worker_once(args: tuple[str, ...], tmp_path: Path, connect, branches: dict[str, str],
+                             marker: Path) -> None:
+    """Start a worker process, send every branch as an entry (`connect()` gives the queue client once
+    the worker is up), and SIGKILL the worker with its children as soon as `marker` exists."""
+    first = WorkerProcess(*args, log=tmp_path / "worker1.log")
+    await first.wait_started()
+    q = await connect()
+    for branch, commit in branches.items():
+        await q.enqueue(QueueEntry(branch=branch, expect_commit=commit, id=branch))
+
+    async def reached() -> None:
+        assert marker.exists(), f"{marker.name} has not appeared yet"
+
+    await eventually(reached)
+    first.kill_group()
+
+
+async def decided_on_a_second_worker(args: tuple[str, ...], tmp_path: Path, connect, count: int):
+    """A second worker process takes over; the queue's status once `count` entries are answered, and
+    its history."""
+    second = WorkerProcess(*args, log=tmp_path / "worker2.log")
+    try:
+        await second.wait_started()
+        q = await connect()
+        await q.flush()
+        return await decided(q, count, timeout=120), await q.handle.fetch_history(), second.output()
+    finally:
+        second.kill_group()
+
+
 async def test_worker_killed_mid_verify_every_entry_lands_once(
     client: Client, server_address: str, task_queue: str, git_remote: GitRemoteFixture, tmp_path: Path
 ):
@@ -47,23 +77,13 @@ async def test_worker_killed_mid_verify_every_entry_lands_once(
     branches = fx.many_branches("kill", 4)
     q = MergeQueueClient(client, MergeQueueConfig(repo=str(fx.clone), target="main", verify=verify, max_batch=4,
                                                   max_wait_seconds=3600, heartbeat_timeout_seconds=2), task_queue)
-    first = WorkerProcess(*worker_args(server_address, task_queue, tmp_path), log=tmp_path / "worker1.log")
-    await first.wait_started()
-    for branch, commit in branches.items():
-        await q.enqueue(QueueEntry(branch=branch, expect_commit=commit, id=branch))
+    args = worker_args(server_address, task_queue, tmp_path)
 
-    async def verifying() -> None:
-        assert started.exists(), "the verify has not started yet"
+    async def connect() -> MergeQueueClient:
+        return q
 
-    await eventually(verifying)
-    first.kill_group()
-    second = WorkerProcess(*worker_args(server_address, task_queue, tmp_path), log=tmp_path / "worker2.log")
-    try:
-        await second.wait_started()
-        status = await decided(q, 4, timeout=90)
-        history = await q.handle.fetch_history()
-    finally:
-        second.kill_group()
+    await kill_a_worker_once(args, tmp_path, connect, branches, started)
+    status, history, _ = await decided_on_a_second_worker(args, tmp_path, connect, 4)
     assert activity_attempts(history, "taskfleet_queue_verify") == [2]  # retried once, on the next worker
     assert (status.stats.landed, status.stats.verify_runs, status.stats.pushes) == (4, 1, 1), status.stats
     assert fx.pushes() == 1
@@ -82,25 +102,15 @@ async def test_worker_killed_mid_push_lands_nothing_twice(
     branches = fx.many_branches("push", 3)
     q = MergeQueueClient(client, MergeQueueConfig(repo=str(fx.clone), target="main", verify="true", max_batch=3,
                                                   max_wait_seconds=3600, heartbeat_timeout_seconds=2), task_queue)
-    first = WorkerProcess(*worker_args(server_address, task_queue, tmp_path), log=tmp_path / "worker1.log")
-    await first.wait_started()
-    for branch, commit in branches.items():
-        await q.enqueue(QueueEntry(branch=branch, expect_commit=commit, id=branch))
+    args = worker_args(server_address, task_queue, tmp_path)
 
-    async def push_taken() -> None:
-        assert pushed.exists(), "the push has not reached the remote yet"
+    async def connect() -> MergeQueueClient:
+        return q
 
-    await eventually(push_taken)
-    first.kill_group()
+    await kill_a_worker_once(args, tmp_path, connect, branches, pushed)
     landed_tip = git(fx.remote, "rev-parse", "main")
     (fx.remote / "hooks" / "post-receive").unlink()
-    second = WorkerProcess(*worker_args(server_address, task_queue, tmp_path), log=tmp_path / "worker2.log")
-    try:
-        await second.wait_started()
-        status = await decided(q, 3, timeout=90)
-        history = await q.handle.fetch_history()
-    finally:
-        second.kill_group()
+    status, history, _ = await decided_on_a_second_worker(args, tmp_path, connect, 3)
     assert activity_attempts(history, "taskfleet_queue_push") == [2]
     assert fx.pushes() == 1, "the retried push must find its commit on the remote, not push again"
     assert git(fx.remote, "rev-parse", "main") == landed_tip
@@ -144,26 +154,13 @@ async def test_a_server_restart_mid_verify_loses_no_entry(git_remote: GitRemoteF
     config = MergeQueueConfig(repo=str(fx.clone), target="main", verify=verify, max_batch=2, max_wait_seconds=3600,
                               heartbeat_timeout_seconds=2)
     branches = fx.many_branches("restart", 3)
-    first = WorkerProcess(*args, log=tmp_path / "worker1.log")
-    await first.wait_started()
-    q = MergeQueueClient(await Client.connect(f"127.0.0.1:{port}"), config, "restart")
-    for branch, commit in branches.items():
-        await q.enqueue(QueueEntry(branch=branch, expect_commit=commit, id=branch))
 
-    async def verifying() -> None:
-        assert started.exists(), "the verify has not started yet"
+    async def connect() -> MergeQueueClient:  # a new connection to whichever server is up now
+        return MergeQueueClient(await Client.connect(f"127.0.0.1:{port}"), config, "restart")
 
-    await eventually(verifying)
-    first.kill_group()  # the worker and the dev server it started, both SIGKILLed
-    second = WorkerProcess(*args, log=tmp_path / "worker2.log")
-    try:
-        await second.wait_started()
-        assert "started the embedded dev server" in second.output()
-        q = MergeQueueClient(await Client.connect(f"127.0.0.1:{port}"), config, "restart")
-        await q.flush()
-        status = await decided(q, 3, timeout=120)
-    finally:
-        second.kill_group()
+    await kill_a_worker_once(args, tmp_path, connect, branches, started)  # the dev server dies with it
+    status, _, output = await decided_on_a_second_worker(args, tmp_path, connect, 3)
+    assert "started the embedded dev server" in output
     assert status.stats.landed == 3 and status.stats.entries == 3, status.stats
     for branch in branches:
         assert merges_of(fx, branch) == 1, branch
