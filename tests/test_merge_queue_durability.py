@@ -34,14 +34,19 @@ def activity_attempts(history, name: str) -> list[int]:
 
 
 def worker_args(server_address: str, task_queue: str, tmp_path: Path) -> tuple[str, ...]:
-    return ("--address", server_address, "--task-queue", task_queue, "--state-dir", str(tmp_path / "state"))
+    return ("--address", server_address, "--task-queue", task_queue)
+
+
+def pod(tmp_path: Path, name: str) -> dict:
+    """A worker process as a pod of its own: its own state dir and pod id (the clone is shared)."""
+    return {"args": ("--state-dir", str(tmp_path / name)), "env": {"TASKFLEET_POD_ID": name}}
 
 
 async def kill_a_worker_once(args: tuple[str, ...], tmp_path: Path, connect, branches: dict[str, str],
-                             marker: Path) -> None:
+                             marker: Path, pods: tuple[dict, dict]) -> None:
     """Start a worker process, send every branch as an entry (`connect()` gives the queue client once
     the worker is up), and SIGKILL the worker with its children as soon as `marker` exists."""
-    first = WorkerProcess(*args, log=tmp_path / "worker1.log")
+    first = WorkerProcess(*args, *pods[0]["args"], log=tmp_path / "worker1.log", env=pods[0]["env"])
     await first.wait_started()
     q = await connect()
     for branch, commit in branches.items():
@@ -54,10 +59,11 @@ async def kill_a_worker_once(args: tuple[str, ...], tmp_path: Path, connect, bra
     first.kill_group()
 
 
-async def decided_on_a_second_worker(args: tuple[str, ...], tmp_path: Path, connect, count: int):
+async def decided_on_a_second_worker(args: tuple[str, ...], tmp_path: Path, connect, count: int,
+                                     pods: tuple[dict, dict]):
     """A second worker process takes over; the queue's status once `count` entries are answered, and
     its history."""
-    second = WorkerProcess(*args, log=tmp_path / "worker2.log")
+    second = WorkerProcess(*args, *pods[1]["args"], log=tmp_path / "worker2.log", env=pods[1]["env"])
     try:
         await second.wait_started()
         q = await connect()
@@ -82,8 +88,11 @@ async def test_worker_killed_mid_verify_every_entry_lands_once(
     async def connect() -> MergeQueueClient:
         return q
 
-    await kill_a_worker_once(args, tmp_path, connect, branches, started)
-    status, history, _ = await decided_on_a_second_worker(args, tmp_path, connect, 4)
+    pods = (pod(tmp_path, "pod-a"), pod(tmp_path, "pod-b"))  # the verify is run again on another pod
+    await kill_a_worker_once(args, tmp_path, connect, branches, started, pods)
+    status, history, _ = await decided_on_a_second_worker(args, tmp_path, connect, 4, pods)
+    logs = lambda name: list((tmp_path / name / "logs" / "queue").rglob("*.log"))  # noqa: E731
+    assert [p.name for p in logs("pod-a")] == ["batch-1-1.log"] and [p.name for p in logs("pod-b")] == ["batch-1-2.log"]
     assert activity_attempts(history, "taskfleet_queue_verify") == [2]  # retried once, on the next worker
     assert (status.stats.landed, status.stats.verify_runs, status.stats.pushes) == (4, 1, 1), status.stats
     assert fx.pushes() == 1
@@ -107,10 +116,11 @@ async def test_worker_killed_mid_push_lands_nothing_twice(
     async def connect() -> MergeQueueClient:
         return q
 
-    await kill_a_worker_once(args, tmp_path, connect, branches, pushed)
+    pods = (pod(tmp_path, "pod-a"), pod(tmp_path, "pod-b"))
+    await kill_a_worker_once(args, tmp_path, connect, branches, pushed, pods)
     landed_tip = git(fx.remote, "rev-parse", "main")
     (fx.remote / "hooks" / "post-receive").unlink()
-    status, history, _ = await decided_on_a_second_worker(args, tmp_path, connect, 3)
+    status, history, _ = await decided_on_a_second_worker(args, tmp_path, connect, 3, pods)
     assert activity_attempts(history, "taskfleet_queue_push") == [2]
     assert fx.pushes() == 1, "the retried push must find its commit on the remote, not push again"
     assert git(fx.remote, "rev-parse", "main") == landed_tip
@@ -149,8 +159,8 @@ async def test_a_server_restart_mid_verify_loses_no_entry(git_remote: GitRemoteF
     started = tmp_path / "verify-started"
     verify = f'if [ ! -e "{started}" ]; then touch "{started}"; sleep 600; fi; test -f README.md'
     port = free_port()
-    args = ("--dev", "--address", f"127.0.0.1:{port}", "--ui-port", str(free_port()), "--state-dir",
-            str(tmp_path / "state"), "--task-queue", "restart")
+    args = ("--dev", "--address", f"127.0.0.1:{port}", "--ui-port", str(free_port()), "--task-queue", "restart")
+    same = pod(tmp_path, "state")  # the server's SQLite file lives in the state dir: the same one again
     config = MergeQueueConfig(repo=str(fx.clone), target="main", verify=verify, max_batch=2, max_wait_seconds=3600,
                               heartbeat_timeout_seconds=2)
     branches = fx.many_branches("restart", 3)
@@ -158,8 +168,8 @@ async def test_a_server_restart_mid_verify_loses_no_entry(git_remote: GitRemoteF
     async def connect() -> MergeQueueClient:  # a new connection to whichever server is up now
         return MergeQueueClient(await Client.connect(f"127.0.0.1:{port}"), config, "restart")
 
-    await kill_a_worker_once(args, tmp_path, connect, branches, started)  # the dev server dies with it
-    status, _, output = await decided_on_a_second_worker(args, tmp_path, connect, 3)
+    await kill_a_worker_once(args, tmp_path, connect, branches, started, (same, same))  # the server dies with it
+    status, _, output = await decided_on_a_second_worker(args, tmp_path, connect, 3, (same, same))
     assert "started the embedded dev server" in output
     assert status.stats.landed == 3 and status.stats.entries == 3, status.stats
     for branch in branches:

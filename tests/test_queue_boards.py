@@ -11,7 +11,7 @@ import pytest
 
 from taskfleet.clients.merge_queue import merge_queue_workflow_id
 from taskfleet.clients.orchestrator import start_board
-from taskfleet.core.boards import parse_toml_board
+from taskfleet.core.boards import BoardError, parse_toml_board
 from taskfleet.core.models.merge_queue import MergeQueueStatus
 from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import QUERY_STATUS
@@ -19,6 +19,7 @@ from taskfleet.llm_standin import StandIn
 from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import standin_env
 from tests.test_merge_queue import VERIFY, library_remote
+from tests.user_cli import assert_one_line_refusal, taskfleet
 
 # Task A renames greet -> hello (with its test); task B adds a test that calls greet. Each passes alone.
 RENAME = "sed -i s/greet/hello/g lib.py tests/test_greet.py"
@@ -146,3 +147,40 @@ async def test_a_claude_task_sent_back_by_the_queue_is_reimplemented_on_the_new_
     assert lines[:3] == ["line 1", redone, other], lines
     assert result.stats.queue_resubmits == 1 and result.stats.queue_conflicts == 1
     assert passes_verify(fx, tmp_path)
+
+
+@pytest.mark.parametrize(("setting", "named"), [
+    ("queue_max_batch = 0", "queue_max_batch"),
+    ("queue_max_batch = true", "queue_max_batch"),
+    ("queue_max_wait_seconds = -1", "queue_max_wait_seconds"),
+    ('queue_max_wait_seconds = "soon"', "queue_max_wait_seconds"),
+    ("queue_retries = 1.5", "queue_retries"),
+    ("queue_retries = 99", "queue_retries"),
+    ('queue_target = "bad..name"', "queue_target"),
+    ("queue_verify = 7", "queue_verify"),
+    ('land = "queues"', "land"),
+])
+def test_a_bad_queue_setting_refuses_the_board_naming_the_key(setting: str, named: str):
+    with pytest.raises(BoardError) as refused:
+        land = "" if setting.startswith("land") else 'land = "queue"\n'
+        parse_toml_board(f'{land}run = "true"\nverify = "true"\n{setting}\n[[tasks]]\nid = "A"\n')
+    assert named in str(refused.value), refused.value
+
+
+async def test_taskfleet_run_land_queue_as_a_user_runs_it(server_address, task_queue, make_worker, tmp_path):
+    fx = library_remote(tmp_path)
+    board = tmp_path / "board-q.md"
+    board.write_text("| ID | Scope | Status | Branch | Verification |\n|---|---|---|---|---|\n"
+                     "| N1 | a note | [ ] | `task/N1` | prose |\n| N2 | a note | [ ] | `task/N2` | prose |\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('land = "queue"\nrun = "true"\nverify = "true"\nqueue_max_batch = 0\n[[tasks]]\nid = "A"\n')
+    write = 'printf "%s\\n" "$TASKFLEET_TASK_ID" > "notes-$TASKFLEET_TASK_ID.txt"'
+    async with make_worker():
+        done = await taskfleet(server_address, "run", str(board), "--repo", str(fx.clone), "--land", "queue",
+                               "--run", write, "--verify", VERIFY, cwd=tmp_path, task_queue=task_queue)
+        refused = await taskfleet(server_address, "run", str(bad), "--repo", str(fx.clone), cwd=tmp_path,
+                                  task_queue=task_queue)
+    assert done.returncode == 0, done.stderr
+    assert "merge queue: 2 landed, 0 rejected, 0 conflict(s)" in done.stdout, done.stdout
+    assert git(fx.remote, "show", "main:notes-N1.txt") == "N1" and git(fx.remote, "show", "main:notes-N2.txt") == "N2"
+    assert_one_line_refusal(refused, "queue_max_batch")

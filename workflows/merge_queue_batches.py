@@ -153,9 +153,9 @@ class BatchesMixin:
                 self._after_batch.append((entry, fate.reason, fate.files))
             elif fate is not None and fate.status == MERGE_CONFLICT:
                 self._decide(entry, ENTRY_CONFLICT, fate.reason, commit=built.tip, batch_id=batch.id, files=fate.files)
-            else:
+            else:  # its branch is missing or moved: the sender's to fix, not a lesson about the change
                 reason = fate.reason if fate is not None else "the merge step reported nothing for it"
-                self._decide(entry, ENTRY_REJECTED, reason, commit=built.tip, batch_id=batch.id)
+                self._decide(entry, ENTRY_REJECTED, reason, commit=built.tip, batch_id=batch.id, lesson=False)
         batch.entries = merged
         return built
 
