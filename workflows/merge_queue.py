@@ -279,10 +279,8 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
 
     @submit.validator
     def _validate_submit(self, *args: Any) -> None:
-        # Refused here, the bad entry never enters history.
-        if self._draining:
-            raise ApplicationError("the queue is continuing as new; send it again (it reaches the next run)",
-                                   type="ContinuingAsNew", non_retryable=True)
+        # Refused here, the bad entry never enters history. (Accepted while continuing as new too:
+        # the handler runs before the run hands its state on.)
         try:
             self._parse(args)
         except Exception as err:  # noqa: BLE001

@@ -923,4 +923,5 @@ class OrchestratorWorkflow(QueueLandingMixin):
             f"- succeeded {c[TASK_SUCCEEDED]}, failed {c[TASK_FAILED]}, cancelled {c[TASK_CANCELLED]}\n"
             f"- landed {c['landed']} in {self._pushes()} push(es)\n"
             + (f"- running: {', '.join(running[:10])}\n" if running else "")
+            + (self._queue_details() if self._queued else "")
         )

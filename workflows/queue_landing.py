@@ -179,6 +179,12 @@ class QueueLandingMixin:
         if early is not None:
             self._apply_queue_outcome(early)
 
+    def _queue_details(self) -> str:
+        """The run's merge-queue figures, for the Web UI's current details."""
+        s = self.s.stats
+        return (f"- merge queue `{self._queue_target()}`: {s.queue_landed} landed, {s.queue_rejected} rejected, "
+                f"{s.queue_conflicts} conflict(s), {s.queue_resubmits} sent back and redone\n")
+
     # --- continue-as-new of a paged run --------------------------------------------------------
 
     def _carry_requeued(self) -> list[str]:
