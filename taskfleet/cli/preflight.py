@@ -19,8 +19,9 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def check_clone(repo: str, base: str, remote: str) -> str:
-    """The clone's absolute path, or a `StartupError` saying what is wrong with it."""
+def check_clone(repo: str, base: str, remote: str) -> tuple[str, str]:
+    """The clone's absolute path and the base branch (a board that names none: the remote's default
+    branch), or a `StartupError` saying what is wrong with them."""
     path = os.path.abspath(repo)
     if not os.path.isdir(path):
         raise StartupError(f"--repo {repo}: no such folder ({path})")
@@ -37,12 +38,13 @@ def check_clone(repo: str, base: str, remote: str) -> str:
             f"--repo {repo}: has no remote {remote!r} (it has: {', '.join(remotes) or 'none'}); "
             "pass --remote or add one with `git remote add`"
         )
+    base = base or default_base(repo, remote)
     if not _has_branch(path, remote, base):
         raise StartupError(
             f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
             "pass --base (markdown board) or set `base` in the board"
         )
-    return path
+    return path, base
 
 
 def _has_branch(path: str, remote: str, branch: str) -> bool:

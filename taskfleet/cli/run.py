@@ -17,7 +17,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.cli.common import client_for
-from taskfleet.cli.preflight import check_clone, check_queue_target, default_base
+from taskfleet.cli.preflight import check_clone, check_queue_target
 from taskfleet.clients.board_store import StoredBoard, board_settings, read_board_head, store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.pollers import MISSING, WORKING, run_worker_state
@@ -239,9 +239,9 @@ async def run_board(args: argparse.Namespace) -> int:
         else:
             overrides = _board_overrides(args)
             settings = board_settings(read_board_head(args.board, **overrides), str(args.board))
-            if not settings.base:  # the board names no base: the remote's default branch, asked here
-                overrides["base"] = settings.base = default_base(args.repo, args.remote)
-            repo = check_clone(args.repo, settings.base, args.remote)
+            # A board that names no base gets the remote's default branch, asked here.
+            repo, overrides["base"] = check_clone(args.repo, settings.base, args.remote)
+            settings.base = overrides["base"]
             if settings.land == "queue":
                 check_queue_target(repo, settings.queue_target or settings.base, args.remote)
             # Stored in the clone a line at a time: the CLI never holds the board, the workflow
