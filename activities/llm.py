@@ -26,8 +26,9 @@ from taskfleet.activities.support.executor import run_command, tail
 from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
+from taskfleet.activities.support.queue_entry import base_commit_of
 from taskfleet.activities.support.task_prompt import render_task_prompt
-from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, resolve
+from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -176,6 +177,11 @@ class LLMActivities:
         if task.acceptance:
             user.append(f"Acceptance: {task.acceptance}")
         user.append(f"Verify command (must exit 0): {task.verify}")
+        landing = params.queue
+        if landing is not None and landing.feedback:
+            user.append(f"\nThe merge queue sent your earlier change back (attempt {landing.attempt}); make it again on "
+                        f"the current {landing.target} (the files below are from it), so that it merges and passes "
+                        f"with what landed meanwhile:\n{landing.feedback}")
         if files:
             user.append(f"\nFiles from the base commit {base_commit[:12]}:")
             user.extend(f'\n<file path="{path}">\n{text}\n</file>' for path, text in files)
@@ -204,8 +210,10 @@ class LLMActivities:
         task = params.task
         repo = Repo(params.repo)
         try:
-            commit = ""
-            for ref in (f"refs/heads/{params.base}", f"refs/remotes/{params.remote}/{params.base}"):
+            # A re-run after the merge queue sent the change back starts from the tip it was judged on.
+            commit = params.queue.start_commit if params.queue is not None else ""
+            refs = [] if commit else [f"refs/heads/{params.base}", f"refs/remotes/{params.remote}/{params.base}"]
+            for ref in refs:
                 try:
                     commit = repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
                     break
@@ -365,7 +373,7 @@ class LLMActivities:
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         self.tasks.refuse_state_dir_inside(task.id, task_input.repo)
         try:
-            base_commit = resolve(task_input.repo, task_input.base, task_input.remote)
+            base_commit = base_commit_of(task_input)
             resumed = await self.tasks.worktrees.resumable(
                 task_input.repo, task.branch, base_commit, task.id, task_input.run_key
             )

@@ -25,6 +25,7 @@ from taskfleet.activities.support.executor_records import (
 )
 from taskfleet.activities.support.git_async import GitError, Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
+from taskfleet.activities.support.queue_entry import base_commit_of, queue_env, submit_to_queue
 from taskfleet.activities.support.scratch import ScratchDirs
 from taskfleet.activities.support.shared_clone import is_lock_contention
 from taskfleet.activities.support.task_prompt import render_task_prompt
@@ -174,7 +175,7 @@ class TaskActivities:
         self.refuse_state_dir_inside(task.id, params.repo)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         try:
-            base_commit = resolve(params.repo, params.base, params.remote)
+            base_commit = base_commit_of(params)
             # Only a retry can find its own commit: attempt 1 of a run's task has made none yet.
             resumed = "" if info.attempt == 1 else await self.worktrees.resumable(
                 params.repo, task.branch, base_commit, task.id, params.run_key
@@ -288,6 +289,7 @@ class TaskActivities:
             "TASKFLEET_WORKTREE": str(cwd),
             "TASKFLEET_PROMPT": prompt,
             "TASKFLEET_PROMPT_FILE": str(prompt_file),
+            **queue_env(params),
         }
         if len(prompt.encode()) > PROMPT_IN_ENV_BYTES:
             del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
@@ -340,7 +342,11 @@ class TaskActivities:
         return prompt_file, prompt
 
     async def _land(self, params: TaskInput, result: TaskResult) -> None:
-        """Hand the branch to the clone's GitBatchWorkflow; it tells the orchestrator when it lands."""
+        """Hand the branch to the clone's GitBatchWorkflow (or the target's merge queue); it tells
+        the orchestrator when it lands."""
+        if params.queue is not None:
+            await submit_to_queue(params, result)
+            return
         task = params.task
         op = GitOp(
             op_type="merge" if params.land == "merge" else "push",

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from taskfleet.clients.orchestrator import start_board  # noqa: E402
+from taskfleet.core.default_branch import default_branch  # noqa: E402
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult  # noqa: E402
 from taskfleet.core.search_attributes import ALL  # noqa: E402
 from taskfleet.core.settings import TaskfleetSettings  # noqa: E402
@@ -61,9 +62,11 @@ async def temporal_worker(task_queue: str, state_dir: Path, **worker_kwargs) -> 
 
 
 async def run_board(client: Client, board: Board, repo: Path, **options) -> tuple[OrchestratorResult, float]:
-    """Start a board as `taskfleet run` does (stored in the clone) and wait for its result; with
-    the wall seconds from before the start to the result, as a user waits for it."""
+    """Start a board as `taskfleet run` does (stored in the clone, its base named: the remote's
+    default branch when the board names none) and wait for its result; with the wall seconds from
+    before the start to the result, as a user waits for it."""
     started = time.perf_counter()
+    board.base = board.base or default_branch(str(repo)) or ""
     handle = await start_board(client, board, str(repo), **options)
     result = await handle.result()
     return result, time.perf_counter() - started

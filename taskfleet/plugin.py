@@ -25,6 +25,7 @@ from taskfleet.activities.board_store import BoardStoreActivities
 from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
+from taskfleet.activities.merge_queue import MergeQueueActivities
 from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
@@ -38,12 +39,13 @@ from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
 from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
 from taskfleet.workflows.llm_task import LLMTaskWorkflow
+from taskfleet.workflows.merge_queue import MergeQueueWorkflow
 from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 
 log = logging.getLogger("taskfleet.plugin")
 
 WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
-                         LLMTaskWorkflow, LeaseLockWorkflow]
+                         LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow]
 # How often a worker drops the worktree registrations of dead workers (their presence lease expired).
 SWEEP_SECONDS = 10.0
 
@@ -71,6 +73,7 @@ class WorkerServices:
         self.llm = LLMActivities(settings, LLMSettings(), self.lessons, self.templates, self.result_cache, self.tasks)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
+        self.merge_queue = MergeQueueActivities(settings, self.tasks)
         self.started = False
 
     def activities(self) -> list[Callable]:
@@ -87,6 +90,7 @@ class WorkerServices:
             self.boards.record_outcomes,
             self.boards.read_outcomes,
             self.task_groups.run_task_group,
+            *self.merge_queue.activities(),
         ]
 
     async def start(self) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +31,46 @@ class GitRemoteFixture(SampleRemote):
         target = worktree / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
+
+    def branch_with(self, branch: str, files: dict[str, str | None], base: str = "main", message: str = "") -> str:
+        """Commit `files` (path -> content; None deletes) on a new `branch` from `base`, in the clone,
+        without a checkout (a private index); returns the commit."""
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+
+            def run(*args: str, stdin: str | None = None) -> str:
+                done = subprocess.run(["git", *args], cwd=self.clone, env=env, input=stdin, capture_output=True,
+                                      text=True, check=True)
+                return done.stdout.strip()
+
+            run("read-tree", base)
+            for path, content in files.items():
+                if content is None:
+                    run("update-index", "--force-remove", "--", path)
+                else:
+                    blob = run("hash-object", "-w", "--stdin", stdin=content)
+                    run("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+            tree = run("write-tree")
+            commit = run("commit-tree", tree, "-p", base, "-m", message or f"{branch}: change")
+            run("update-ref", f"refs/heads/{branch}", commit)
+        return commit
+
+    def many_branches(self, prefix: str, count: int, base: str = "main") -> dict[str, str]:
+        """`count` branches `<prefix>/<i>` off `base`, each adding its own file `<prefix>/<i>.txt`,
+        written by one `git fast-import`; returns branch -> commit."""
+        start = git(self.clone, "rev-parse", base)
+        script = []
+        for i in range(count):
+            body = f"{prefix}/{i}\n"
+            message = f"{prefix} {i}\n"
+            script += [f"commit refs/heads/{prefix}/{i}", f"mark :{i + 1}",
+                       "committer taskfleet tests <tests@taskfleet.invalid> 1700000000 +0000",
+                       f"data {len(message.encode())}", message + f"from {start}",
+                       f"M 100644 inline {prefix}/{i}.txt", f"data {len(body.encode())}", body]
+        subprocess.run(["git", "fast-import", "--quiet"], cwd=self.clone, input="\n".join(script) + "\n",
+                       text=True, check=True, capture_output=True)
+        heads = git(self.clone, "for-each-ref", "--format=%(refname:short) %(objectname)", f"refs/heads/{prefix}/")
+        return dict(line.split(" ", 1) for line in heads.splitlines())
 
     def commit_ops(self, prefix: str, count: int) -> list[GitOp]:
         """`count` commit ops, each on its own worktree and branch `<prefix>/<i>` with one new file."""

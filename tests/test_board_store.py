@@ -99,7 +99,7 @@ def test_a_malformed_task_on_page_7_fails_alone_naming_its_line(clone, tmp_path)
 def test_board_wide_problems_refuse_the_board_before_anything_is_stored(clone, tmp_path):
     cases = {
         'run = "x"\nverify = "y"\ncolour = "red"\n[[tasks]]\nid = "A"\n': "unknown board key(s) colour",
-        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n': "land must be 'push' or 'merge'",
+        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n': "land must be 'push', 'merge' or 'queue'",
         'run = "x"\ntimeout_seconds = -1\n[[tasks]]\nid = "A"\n': "board-wide settings: timeout_seconds must be",
         'run = "x"\nverify = "y"\n': "no [[tasks]] tables",
         'run = "x\n[[tasks]]\nid = "A"\n': "not valid TOML",

@@ -136,7 +136,7 @@ def test_malformed_boards_are_refused_with_the_key_or_line():
         'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nbranch = "-evil"\n': "starts with '-'",
         'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nsize = 3\n': "[[tasks]] #1 (A): unknown key(s) size",
         '[[tasks]]\nid = "A"\n': "task A has no run command",
-        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n': "land must be 'push' or 'merge'",
+        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n': "land must be 'push', 'merge' or 'queue'",
     }
     for text, message in cases.items():
         with pytest.raises(BoardError) as caught:

@@ -26,6 +26,10 @@ EXPECTED = {
     "orchestrator_continue_as_new",
     "lease_lock_fifo",
     "lease_lock_after_continue_as_new",
+    "merge_queue_one_batch",
+    "merge_queue_bisection",
+    "merge_queue_after_continue_as_new",
+    "orchestrator_queue_semantic",
 }
 
 

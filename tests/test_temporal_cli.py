@@ -186,17 +186,23 @@ async def test_bad_start_input_fails_the_batcher_with_why(
         ("bad-state-field", [json.dumps({"repo": str(fx.clone)}), json.dumps({"queue": 7})], "bad carried state"),
     ]
     async with make_worker():
-        for name, inputs, expected in cases:
-            wf = f"{name}-{task_queue}"
-            args = [a for i in inputs for a in ("--input", i)]
-            await temporal(server_address, "workflow", "start", "--workflow-id", wf, "--type", "GitBatchWorkflow",
-                           "--task-queue", task_queue, *args)
+        await starts_fail_with_why(server_address, task_queue, "GitBatchWorkflow", cases)
 
-            async def failed() -> str:
-                out = await temporal(server_address, "workflow", "describe", "--workflow-id", wf, "-o", "json")
-                info = json.loads(out)["workflowExecutionInfo"]
-                assert info["status"] in ("WORKFLOW_EXECUTION_STATUS_FAILED", "Failed"), info["status"]
-                return await temporal(server_address, "workflow", "show", "--workflow-id", wf, "-o", "json")
 
-            history = await eventually(failed)
-            assert expected in history, (name, history[-2000:])
+async def starts_fail_with_why(server_address: str, task_queue: str, workflow_type: str,
+                               cases: list[tuple[str, list[str], str]]) -> None:
+    """Start `workflow_type` by hand with each case's inputs: each run fails, its history saying why."""
+    for name, inputs, expected in cases:
+        wf = f"{name}-{task_queue}"
+        args = [a for i in inputs for a in ("--input", i)]
+        await temporal(server_address, "workflow", "start", "--workflow-id", wf, "--type", workflow_type,
+                       "--task-queue", task_queue, *args)
+
+        async def failed() -> str:
+            out = await temporal(server_address, "workflow", "describe", "--workflow-id", wf, "-o", "json")
+            info = json.loads(out)["workflowExecutionInfo"]
+            assert info["status"] in ("WORKFLOW_EXECUTION_STATUS_FAILED", "Failed"), info["status"]
+            return await temporal(server_address, "workflow", "show", "--workflow-id", wf, "-o", "json")
+
+        history = await eventually(failed)
+        assert expected in history, (name, history[-2000:])

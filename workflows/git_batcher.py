@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any, Optional
 
 from taskfleet.workflows.activity_names import activity_name
+from taskfleet.workflows.intake import ids_to_carry, parse_state, refusal, remember_id, should_continue_as_new
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.common import VersioningBehavior
-from temporalio.converter import value_to_type
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         OpOutcome,
         PushBatchInput,
         PushBatchOutput,
-        RejectedOp,
     )
     from taskfleet.core.names import (
         ACTIVITY_PUSH_BATCH,
@@ -84,16 +83,6 @@ PUSH_RETRY = RetryPolicy(
 )
 
 
-def _parse_state(raw: Any) -> GitBatchState:
-    if raw is None:
-        return GitBatchState()
-    if isinstance(raw, GitBatchState):
-        return raw
-    if not isinstance(raw, dict):
-        raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
-    return value_to_type(GitBatchState, raw)
-
-
 def _compact_batch(batch: GitBatch) -> GitBatch:
     """A finished batch as the next run keeps it for `status`: ops reduced to what names them."""
     ops = [GitOp(op_type=op.op_type, branch=op.branch, id=op.id, target=op.target) for op in batch.ops]
@@ -125,7 +114,7 @@ class GitBatchWorkflow:
         # The carried state is parsed here too: a start with a bad second input fails the workflow
         # with a message instead of failing its first task forever.
         try:
-            self.s = _parse_state(state)
+            self.s = parse_state(state, GitBatchState)
         except Exception as err:  # noqa: BLE001
             self._config_error = self._config_error or f"bad carried state ({clip(str(err), 200)})"
             self.s = GitBatchState()
@@ -237,13 +226,7 @@ class GitBatchWorkflow:
             batch.error = clip(batch.error, ERROR_CHARS)
         while s.rejected and json_size(s.rejected) > CARRIED_REJECTED_BYTES:
             s.rejected.pop(0)
-        ids, size = [], 0
-        for op_id in reversed(s.recent_ids[-RECENT_IDS:]):
-            size += len(op_id) + 3
-            if size > CARRIED_IDS_BYTES:
-                break
-            ids.append(op_id)
-        s.recent_ids = ids[::-1]
+        s.recent_ids = ids_to_carry(s.recent_ids, RECENT_IDS, CARRIED_IDS_BYTES)
 
     def _held_ops(self) -> list[GitOp]:
         ops = list(self.s.queue)
@@ -273,11 +256,7 @@ class GitBatchWorkflow:
         return None
 
     def _should_continue_as_new(self) -> bool:
-        info = workflow.info()
-        if info.is_continue_as_new_suggested():
-            return True
-        limit = self.config.max_history_events
-        return bool(limit) and info.get_current_history_length() >= limit
+        return should_continue_as_new(self.config.max_history_events)
 
     def _oldest_age_seconds(self) -> float:
         if not self.s.queue:
@@ -453,11 +432,7 @@ class GitBatchWorkflow:
         if op.id in self._seen:
             workflow.logger.info("op %s already accepted; ignoring the repeat", op.id)
             return op.id
-        self._seen.add(op.id)
-        self.s.recent_ids.append(op.id)
-        if len(self.s.recent_ids) > 2 * RECENT_IDS:
-            dropped, self.s.recent_ids = self.s.recent_ids[:-RECENT_IDS], self.s.recent_ids[-RECENT_IDS:]
-            self._seen.difference_update(dropped)
+        self.s.recent_ids = remember_id(self.s.recent_ids, self._seen, op.id, RECENT_IDS)
         op.enqueued_at = workflow.now().isoformat()
         self._hold(op)
         self.s.queue.append(op)
@@ -467,11 +442,8 @@ class GitBatchWorkflow:
 
     def _reject(self, handler: str, args: tuple[Any, ...], reason: str) -> None:
         """Record a refused message as a bounded preview: never the raw payload, whatever its size."""
-        reason = clip(reason, REASON_CHARS)
-        workflow.logger.warning("%s refused: %s", handler, reason)
         self.s.stats.rejected_ops += 1
-        entry = RejectedOp(op=describe_args(args), reason=reason, at=workflow.now().isoformat(), handler=handler)
-        self.s.rejected = (self.s.rejected + [entry])[-RECENT_REJECTIONS:]
+        self.s.rejected = refusal(handler, args, clip(reason, REASON_CHARS), self.s.rejected, RECENT_REJECTIONS)
         self._refresh_details()
 
     def _parse_op(self, args: tuple[Any, ...]) -> GitOp:

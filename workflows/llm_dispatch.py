@@ -21,7 +21,9 @@ async def run_llm_task(task_input: TaskInput, summary: str) -> TaskResult:
     return await workflow.execute_child_workflow(
         LLM_TASK_WORKFLOW,
         LLMTaskInput(task_input=task_input),
-        id=llm_task_workflow_id(workflow.info().workflow_id, task_input.task.id),
+        # A re-run after the merge queue sent the change back is a task workflow of its own.
+        id=llm_task_workflow_id(workflow.info().workflow_id, task_input.task.id)
+        + (f"/queue-{task_input.queue.attempt}" if task_input.queue is not None and task_input.queue.attempt else ""),
         result_type=TaskResult,
         cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
         static_summary=summary,

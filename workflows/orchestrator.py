@@ -1,7 +1,9 @@
 """`OrchestratorWorkflow`: run a board's open tasks in parallel, at most `max_parallel` at once.
 
 Each task is one `run_task` activity (worktree, executor, verification, commit); its branch lands
-through the clone's `GitBatchWorkflow`, which signals `git_ops_landed` back here. History stays
+through the clone's `GitBatchWorkflow`, which signals `git_ops_landed` back here, or (`land =
+"queue"`) through the target's `MergeQueueWorkflow`, which signals `queue_outcomes`
+(workflows/queue_landing.py: a task whose change it sends back is redone). History stays
 bounded: past the server's suggestion the workflow stops dispatching, lets running tasks finish,
 and continues as new with only what is not done yet, compact outcomes and counters.
 
@@ -66,8 +68,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from taskfleet.core.models.paging import FAILED_IDS_CAP, BoardReference, PagingState
     from taskfleet.core.models.task_group import GROUP_MAX_TASKS, TaskGroupInput, TaskGroupResult
+    from taskfleet.core.models.merge_queue import DefaultBranchInput, EntryOutcome, QueueOutcomes
     from taskfleet.core.names import (
         ACTIVITY_CLAIM_BRANCHES,
+        ACTIVITY_DEFAULT_BRANCH,
         ACTIVITY_LOAD_BOARD_PAGE,
         ACTIVITY_READ_OUTCOMES,
         ACTIVITY_RECORD_OUTCOMES,
@@ -77,17 +81,20 @@ with workflow.unsafe.imports_passed_through():
         ORCHESTRATOR_WORKFLOW,
         PATCH_BOARD_PAGES,
         PATCH_CLAIM_BRANCHES,
+        PATCH_DEFAULT_BASE,
         PATCH_LOCAL_RECORD,
         PATCH_RESULT_FROM_MEMORY,
         PATCH_RUN_KEY_FIRST_RUN,
         QUERY_PROGRESS,
         SIGNAL_FLUSH,
         SIGNAL_GIT_OPS_LANDED,
+        SIGNAL_QUEUE_OUTCOMES,
     )
     from taskfleet.core.store_refs import run_ref
 
 from taskfleet.workflows.activity_names import activity_name
 from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_llm_usage, run_llm_task
+from taskfleet.workflows.queue_landing import QueueLandingMixin
 
 TASK_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -107,6 +114,7 @@ RECORD_BATCH_BYTES = 128 * 1024  # of outcomes per append to the run store (esti
 BACKLOG_OUTCOMES = 4 * RECORD_BATCH_OUTCOMES  # dispatch waits while more are not yet recorded
 RECENT_FINISHED = 20  # finished tasks `progress` shows for a paged run
 RECENT_PUSHES = 64  # landed batch ids a paged run remembers (to count a push once)
+QUEUE_QUIET_SECONDS = 1800.0  # land = "queue": the least time without news before landing times out
 PREFETCH_BELOW = 200  # tasks left to start from the loaded pages when the next page is asked for
 GROUP_MAX_BYTES = 96 * 1024  # of task specs in one group's input
 
@@ -137,7 +145,7 @@ def _summary(task: TaskSpec) -> str:
 # code: pinned, a running board stays on the version it started on (and finishes there) while new
 # boards start on the current version; the old version drains as its boards end.
 @workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False, versioning_behavior=VersioningBehavior.PINNED)
-class OrchestratorWorkflow:
+class OrchestratorWorkflow(QueueLandingMixin):
     @workflow.init
     def __init__(self, params: OrchestratorInput) -> None:
         self.params = params
@@ -158,6 +166,8 @@ class OrchestratorWorkflow:
         self._draining = False
         # Landing outcomes that arrived before their task's result (op id -> outcome, batch id).
         self._early: dict[str, tuple[OpOutcome, str]] = {}
+        self._early_queue: dict[str, EntryOutcome] = {}  # the same from a merge queue, by entry id
+        self._queue_news = 0  # queue outcomes received: a wait for landings that sees news goes on
         # Counts by state, kept as statuses change: the UI details and `progress` stay O(1) per
         # event instead of a walk over every task of a 2,000-task board.
         self._tally = {name: 0 for name in (TASK_PENDING, TASK_RUNNING, TASK_SUCCEEDED, TASK_FAILED, TASK_CANCELLED)}
@@ -174,6 +184,7 @@ class OrchestratorWorkflow:
         if self.s.paging is not None:
             self._tally = self.s.paging.counts
             self._rows = dict(self.s.paging.awaiting_rows)
+            self._restore_requeued()
             return
         for outcome in self.s.outcomes.values():
             self._tally[outcome.status] += 1
@@ -206,6 +217,8 @@ class OrchestratorWorkflow:
                 raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
             if not params.repo.startswith("/"):
                 raise ApplicationError(f"repo {params.repo!r} must be an absolute path on the worker", non_retryable=True)
+            if not params.board.base:
+                await self._resolve_base()
             if not self.s.run_key:
                 info = workflow.info()
                 # Keyed by the first run id: a later run with the same workflow id (`run --id X`
@@ -228,10 +241,13 @@ class OrchestratorWorkflow:
             params.board.name, len(self.s.pending), len(self.s.outcomes), self.max_parallel, self.s.stats.runs,
         )
         try:
-            await (self._dispatch_pages() if self._paged else self._dispatch())
-            if self._draining:
-                return await self._continue_as_new()
-            await self._await_landing()
+            while True:
+                await (self._dispatch_pages() if self._paged else self._dispatch())
+                if self._draining:
+                    return await self._continue_as_new()
+                await self._await_landing()
+                if not self.s.pending:
+                    break  # tasks the merge queue sent back go round again (only land = "queue")
             if self._paged:
                 await self._flush_outcomes()
                 return self._result(await self._small_run_outcomes())
@@ -239,6 +255,27 @@ class OrchestratorWorkflow:
             await self._cancel_everything()
             raise
         return self._result(list(self.s.outcomes.values()))
+
+    async def _resolve_base(self) -> None:
+        """A board that names no base lands on the remote's default branch, asked of the clone (runs
+        started before this took "main", as the board's default was then)."""
+        board = self.params.board
+        if not workflow.patched(PATCH_DEFAULT_BASE):
+            board.base = "main"
+            return
+        try:
+            board.base = await workflow.execute_activity(
+                ACTIVITY_DEFAULT_BRANCH, DefaultBranchInput(repo=self.params.repo, remote=self.params.remote),
+                result_type=str, start_to_close_timeout=timedelta(seconds=120), retry_policy=CLAIM_RETRY,
+                summary=f"default branch of {self.params.remote}",
+            )
+        except ActivityError as err:
+            raise ApplicationError(f"board refused: {root_cause_message(err)}", type="BoardError",
+                                   non_retryable=True) from None
+        try:
+            check_board_settings(board, "OrchestratorWorkflow input")
+        except BoardError as err:
+            raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
 
     async def _claim_branches(self) -> None:
         """Refuse to start when another running run holds some of this board's branches."""
@@ -479,8 +516,8 @@ class OrchestratorWorkflow:
         """A paged run records a task's outcome once it is final: finished, and landed or not."""
         if not self._paged or task_id in self._running or task_id not in self.s.outcomes:
             return
-        if task_id in self.s.awaiting_landing.values():
-            return
+        if task_id in self.s.awaiting_landing.values() or self.s.outcomes[task_id].status == TASK_PENDING:
+            return  # landing, or sent back by the merge queue to run again
         outcome = self.s.outcomes.pop(task_id)
         self.tasks.pop(task_id, None)
         self._record(outcome, self._rows.pop(task_id, -1))
@@ -559,9 +596,11 @@ class OrchestratorWorkflow:
             await self._loader
         await self._flush_outcomes()
         p = self.s.paging
-        if self.s.pending:  # loaded, never started: the next run loads them again
-            p.load_from = self._rows[self.s.pending[0]]
-        self.s.pending = []
+        requeued = self._carry_requeued()
+        fresh = [t for t in self.s.pending if t not in requeued]
+        if fresh:  # loaded, never started: the next run loads them again
+            p.load_from = self._rows[fresh[0]]
+        self.s.pending = requeued
         p.awaiting_rows = {task_id: self._rows.get(task_id, -1) for task_id in self.s.outcomes}
         self.s.stats.runs += 1
         workflow.logger.info("continuing as new from row %d of %d", p.load_from, p.board.tasks)
@@ -595,7 +634,7 @@ class OrchestratorWorkflow:
         await workflow.wait_condition(lambda: not self._running)
 
     def _task_input(self, task: TaskSpec) -> TaskInput:
-        return TaskInput(
+        task_input = TaskInput(
             task=task,
             repo=self.params.repo,
             remote=self.params.remote,
@@ -607,6 +646,7 @@ class OrchestratorWorkflow:
             git_max_batch_size=self.params.git_max_batch_size,
             git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
         )
+        return self._queue_input(task_input) if self._queued else task_input
 
     async def _run_one(self, task: TaskSpec) -> None:
         outcome = self.s.outcomes[task.id]
@@ -677,10 +717,7 @@ class OrchestratorWorkflow:
         if self.s.awaiting_landing:
             # Ops already sent land anyway (a push may be in flight): wait, bounded, for their
             # outcomes so that what the run reports as landed is what the remote holds.
-            try:
-                await workflow.get_external_workflow_handle(self.git_workflow_id).signal(SIGNAL_FLUSH)
-            except Exception as err:  # noqa: BLE001 - the age flush still lands them
-                workflow.logger.warning("could not ask %s to flush: %s", self.git_workflow_id, err)
+            await self._ask_to_flush()
             try:
                 await workflow.wait_condition(
                     lambda: not self.s.awaiting_landing, timeout=CANCEL_LANDING_WAIT,
@@ -707,6 +744,7 @@ class OrchestratorWorkflow:
         early = self._early.pop(op_id, None)
         if early is not None:
             self._apply_landing(op_id, *early)
+        self._take_early_queue_outcome(op_id)
 
     @workflow.signal(name=SIGNAL_GIT_OPS_LANDED)
     def git_ops_landed(self, message: GitOpsLanded) -> None:
@@ -719,6 +757,12 @@ class OrchestratorWorkflow:
             task_id = task_of_landing_op(self.s.run_key, outcome.op_id)
             if task_id in self._running and outcome.op_id == landing_op_id(self.s.run_key, task_id):
                 self._early[outcome.op_id] = (outcome, message.batch_id)
+        self._refresh_details()
+
+    @workflow.signal(name=SIGNAL_QUEUE_OUTCOMES)
+    def queue_outcomes(self, message: QueueOutcomes) -> None:
+        """From the merge queue of a `land = "queue"` board (workflows/queue_landing.py)."""
+        self._receive_queue_outcomes(message)
         self._refresh_details()
 
     def _apply_landing(self, op_id: str, outcome: OpOutcome, batch_id: str) -> None:
@@ -747,36 +791,57 @@ class OrchestratorWorkflow:
         del self.s.awaiting_landing[op_id]
         self.s.landing_commits.pop(op_id, None)
         self.s.landing_sent_at.pop(op_id, None)
+        self._forget_old_pushes()
+        self._after_task(task_id)
+
+    def _forget_old_pushes(self) -> None:
         if self._paged and len(self.s.landed_batches) > RECENT_PUSHES:
             # Counted, then forgotten: landings of one batch arrive together, so the last few ids
             # are enough to count each push once.
             del self.s.landed_batches[0]
             self.s.paging.pushes_forgotten += 1
-        self._after_task(task_id)
+
+    def _landing_workflow_id(self) -> str:
+        """Where this run's landings go: the clone's git batcher, or the target's merge queue."""
+        return self._queue_workflow_id() if self._queued else self.git_workflow_id
+
+    async def _ask_to_flush(self) -> None:
+        target = self._landing_workflow_id()
+        try:
+            await workflow.get_external_workflow_handle(target).signal(SIGNAL_FLUSH)
+        except Exception as err:  # noqa: BLE001 - the age flush still lands them
+            workflow.logger.warning("could not ask %s to flush: %s", target, err)
 
     async def _await_landing(self) -> None:
         """Wait (bounded) until every landing op this run sent has been reported."""
         if self.s.awaiting_landing and not self.s.flush_sent:
             # Every task has finished: land what is queued now rather than at the batch's age.
             self.s.flush_sent = True
+            await self._ask_to_flush()
+        # Through a merge queue, the timeout is a time without news from it (its verifies may take
+        # long, but each batch it finishes answers some entries), at least its verify timeout.
+        timeout = max(self.params.land_timeout_seconds, QUEUE_QUIET_SECONDS) if self._queued \
+            else self.params.land_timeout_seconds
+        while True:
+            news = self._queue_news
             try:
-                await workflow.get_external_workflow_handle(self.git_workflow_id).signal(SIGNAL_FLUSH)
-            except Exception as err:  # noqa: BLE001 - the age flush still lands them
-                workflow.logger.warning("could not ask %s to flush: %s", self.git_workflow_id, err)
-        timeout = self.params.land_timeout_seconds
-        try:
-            await workflow.wait_condition(
-                lambda: not self.s.awaiting_landing, timeout=timedelta(seconds=timeout),
-                timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s",
-            )
-        except asyncio.TimeoutError:
-            expired = list(self.s.awaiting_landing.values())
-            for task_id in expired:
-                outcome = self.s.outcomes[task_id]
-                outcome.reason = f"not landed within {timeout:g}s" + (f" ({outcome.reason})" if outcome.reason else "")
-            self.s.awaiting_landing.clear()
-            for task_id in expired:
-                self._after_task(task_id)
+                await workflow.wait_condition(
+                    lambda: not self.s.awaiting_landing or bool(self.s.pending), timeout=timedelta(seconds=timeout),
+                    timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s",
+                )
+            except asyncio.TimeoutError:
+                if self._queue_news != news:
+                    continue  # the merge queue is still answering: wait on
+                expired = list(self.s.awaiting_landing.values())
+                for task_id in expired:
+                    outcome = self.s.outcomes[task_id]
+                    outcome.reason = f"not landed within {timeout:g}s" + (f" ({outcome.reason})" if outcome.reason else "")
+                self.s.awaiting_landing.clear()
+                for task_id in expired:
+                    self._after_task(task_id)
+            break
+        if self.s.pending:
+            return  # tasks sent back by the merge queue run again first
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     # --- continue-as-new, results, queries ---------------------------------------------------------
@@ -858,4 +923,5 @@ class OrchestratorWorkflow:
             f"- succeeded {c[TASK_SUCCEEDED]}, failed {c[TASK_FAILED]}, cancelled {c[TASK_CANCELLED]}\n"
             f"- landed {c['landed']} in {self._pushes()} push(es)\n"
             + (f"- running: {', '.join(running[:10])}\n" if running else "")
+            + (self._queue_details() if self._queued else "")
         )

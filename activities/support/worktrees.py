@@ -172,8 +172,14 @@ class WorktreePool:
         lines = ran.out.splitlines()
         return tip if f"{TASK_TRAILER}: {task_id}" in lines and f"{RUN_TRAILER}: {run_key}" in lines else ""
 
-    async def take(self, repo_path: str, branch: str, base_commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
-        """A checkout of `base_commit` on `branch` (created or reset there), used by no one else."""
+    async def take_detached(self, repo_path: str, commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
+        """A clean checkout of `commit` with a detached HEAD (no branch is made or moved), used by no
+        one else: the merge queue verifies its merged commits here."""
+        return await self.take(repo_path, None, commit, heartbeat)
+
+    async def take(self, repo_path: str, branch: str | None, base_commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
+        """A checkout of `base_commit` on `branch` (created or reset there; None: detached), used by
+        no one else."""
         started = time.monotonic()
         clone = self._clones.setdefault(os.path.abspath(repo_path), _Clone())
         if self.presence is not None:
@@ -189,7 +195,7 @@ class WorktreePool:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
             clone.owned.add(slot)
         try:
-            holder = checked_out_elsewhere(slot.path, branch)
+            holder = checked_out_elsewhere(slot.path, branch) if branch is not None else ""
         except (RefWriteRefused, OSError, ValueError):
             holder = ""  # a layout this cannot read as files (reftable): not checked
         if holder:
@@ -200,6 +206,15 @@ class WorktreePool:
             )
         head, slot.head = slot.head, ""
         try:
+            if branch is None:
+                # A free slot is a clean checkout with HEAD detached at `head` (`_scrub`): moving it
+                # to another commit rewrites only the files that differ.
+                if head != base_commit:
+                    ran = await git_run(slot.path, "checkout", "-q", "--detach", base_commit, heartbeat=heartbeat)
+                    if ran.code != 0:
+                        await self._scrub(slot, heartbeat)
+                        await git(slot.path, "checkout", "-q", "-f", "--detach", base_commit, heartbeat=heartbeat)
+                return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             if head == base_commit:
                 # Already a clean checkout of the base (scrubbed there off the task's time): only
                 # the branch moves. No file is touched and the index is not refreshed, so set-up

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from taskfleet.core.default_branch import default_branch
 from taskfleet.core.errors import StartupError
 
 
@@ -18,8 +19,9 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def check_clone(repo: str, base: str, remote: str) -> str:
-    """The clone's absolute path, or a `StartupError` saying what is wrong with it."""
+def check_clone(repo: str, base: str, remote: str) -> tuple[str, str]:
+    """The clone's absolute path and the base branch (a board that names none: the remote's default
+    branch), or a `StartupError` saying what is wrong with them."""
     path = os.path.abspath(repo)
     if not os.path.isdir(path):
         raise StartupError(f"--repo {repo}: no such folder ({path})")
@@ -36,10 +38,35 @@ def check_clone(repo: str, base: str, remote: str) -> str:
             f"--repo {repo}: has no remote {remote!r} (it has: {', '.join(remotes) or 'none'}); "
             "pass --remote or add one with `git remote add`"
         )
-    for ref in (f"refs/heads/{base}", f"refs/remotes/{remote}/{base}"):
-        if _git(path, "rev-parse", "--verify", "--quiet", ref).returncode == 0:
-            return path
-    raise StartupError(
-        f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
-        "pass --base (markdown board) or set `base` in the board"
-    )
+    base = base or default_base(repo, remote)
+    if not _has_branch(path, remote, base):
+        raise StartupError(
+            f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
+            "pass --base (markdown board) or set `base` in the board"
+        )
+    return path, base
+
+
+def _has_branch(path: str, remote: str, branch: str) -> bool:
+    return any(_git(path, "rev-parse", "--verify", "--quiet", ref).returncode == 0
+               for ref in (f"refs/heads/{branch}", f"refs/remotes/{remote}/{branch}"))
+
+
+def default_base(repo: str, remote: str) -> str:
+    """The base of a board that names none: the remote's default branch (what `<remote>/HEAD` names)."""
+    name = default_branch(os.path.abspath(repo), remote)
+    if not name:
+        raise StartupError(
+            f"--repo {repo}: cannot tell the default branch of {remote} (no {remote}/HEAD, and the remote "
+            "does not say); pass --base (markdown board) or set `base` in the board"
+        )
+    return name
+
+
+def check_queue_target(repo: str, target: str, remote: str) -> None:
+    """A board landing through the merge queue needs its target branch on the remote."""
+    if not _has_branch(repo, remote, target):
+        raise StartupError(
+            f"--repo {repo}: the merge queue's target {target!r} exists neither locally nor on {remote}; "
+            "set `queue_target` (or `base`) to a branch the remote has"
+        )

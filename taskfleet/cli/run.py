@@ -17,7 +17,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.cli.common import client_for
-from taskfleet.cli.preflight import check_clone
+from taskfleet.cli.preflight import check_clone, check_queue_target
 from taskfleet.clients.board_store import StoredBoard, board_settings, read_board_head, store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.pollers import MISSING, WORKING, run_worker_state
@@ -28,6 +28,7 @@ from taskfleet.core.models.orchestrator import (
     Board,
     OrchestratorProgress,
     OrchestratorResult,
+    OrchestratorStats,
     TaskOutcome,
     TaskProgress,
 )
@@ -72,7 +73,19 @@ def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
             f"Claude: {s.llm_requests} request(s) in {s.llm_api_calls} API call(s), tokens in {s.llm_input_tokens} "
             f"(cache read {s.llm_cache_read_tokens}) out {s.llm_output_tokens}, est. ${s.llm_cost_usd:.4f}"
         )
+    lines.extend(queue_line(s))
     return "\n".join(lines)
+
+
+def queue_line(s: OrchestratorStats) -> list[str]:
+    """The merge queue's figures for this run's entries (land = "queue"), as one line; none otherwise."""
+    if not (s.queue_landed or s.queue_rejected or s.queue_conflicts):
+        return []
+    return [
+        f"merge queue: {s.queue_landed} landed, {s.queue_rejected} rejected, {s.queue_conflicts} conflict(s), "
+        f"{s.queue_resubmits} sent back and redone; {s.queue_verify_runs} verify run(s), "
+        f"{s.queue_bisection_steps} bisection step(s), {s.pushes} push(es); {s.queue_seconds:.1f}s in queue (summed)"
+    ]
 
 
 def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
@@ -116,6 +129,7 @@ def big_run_summary(result: OrchestratorResult, workflow_id: str) -> str:
         f"pushes {s.pushes} (saved {s.network_savings}), cache hits {s.cache_hits}, "
         f"history runs {s.runs} (largest {s.largest_history_length} events)"
     )
+    lines.extend(queue_line(s))
     return "\n".join(lines)
 
 
@@ -223,11 +237,16 @@ async def run_board(args: argparse.Namespace) -> int:
             board = load_board(args.board, **_board_overrides(args))
             settings, repo = board, args.repo
         else:
-            settings = board_settings(read_board_head(args.board, **_board_overrides(args)), str(args.board))
-            repo = check_clone(args.repo, settings.base, args.remote)
+            overrides = _board_overrides(args)
+            settings = board_settings(read_board_head(args.board, **overrides), str(args.board))
+            # A board that names no base gets the remote's default branch, asked here.
+            repo, overrides["base"] = check_clone(args.repo, settings.base, args.remote)
+            settings.base = overrides["base"]
+            if settings.land == "queue":
+                check_queue_target(repo, settings.queue_target or settings.base, args.remote)
             # Stored in the clone a line at a time: the CLI never holds the board, the workflow
             # starts with its reference and loads it a page at a time.
-            board = store_board_file(args.board, repo, **_board_overrides(args))
+            board = store_board_file(args.board, repo, **overrides)
     except BoardError as err:
         print(f"taskfleet: board refused: {err}", file=sys.stderr)
         return 2
@@ -405,8 +424,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--max-parallel", type=int, default=None)
     run.add_argument("--run", help="executor command for a markdown board")
     run.add_argument("--verify", help="verification command for a markdown board")
-    run.add_argument("--base", help="base branch (markdown board; default main)")
-    run.add_argument("--land", choices=["push", "merge"], help="push task branches, or merge them into base")
+    run.add_argument("--base", help="base branch (markdown board; default: the remote's default branch)")
+    run.add_argument("--land", choices=["push", "merge", "queue"],
+                     help="push task branches, merge them into base, or land them through base's merge queue")
     run.add_argument("--implementer", choices=["anthropic"], help="markdown board: Claude makes each change")
     run.add_argument("--model", help="Claude model id for implementer anthropic (default: TASKFLEET_MODEL)")
     run.add_argument("--id", help="workflow id (default taskfleet-run-<board>-<random>)")

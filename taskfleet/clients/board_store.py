@@ -15,7 +15,7 @@ from typing import Any
 
 from taskfleet.core.board_rows import BoardHead, RawTask, scan_board, scan_specs, unique_ids
 from taskfleet.core.board_store import write_board_with_first_page
-from taskfleet.core.boards import BoardError
+from taskfleet.core.boards import BoardError, board_wide
 from taskfleet.core.git_objects import GitStoreError, is_repository
 from taskfleet.core.models.board_store import BoardPage, BoardReference
 from taskfleet.core.models.orchestrator import Board
@@ -42,9 +42,7 @@ class CloneUnreachable(BoardError):
 
 
 def _settings(head: BoardHead, path: str) -> Board:
-    s = head.settings
-    return Board(tasks=[], name=head.name, base=s.get("base", "main"), max_parallel=s.get("max_parallel", 4),
-                 land=s.get("land", "push"), path=path, format=head.format)
+    return Board(tasks=[], name=head.name, path=path, format=head.format, **board_wide(head.settings))
 
 
 def _check_clone(repo: str) -> None:

@@ -21,9 +21,10 @@ from typing import Any
 from taskfleet.core.boards import (
     BOARD_KEYS,
     MARKDOWN_COLUMNS,
+    QUEUE_KEYS,
     TASK_KEYS,
     BoardError,
-    _board_settings,
+    board_wide,
     _cells,
     _defaults,
     _with_defaults,
@@ -99,7 +100,8 @@ def scan_text(text: str, source: str, **overrides: Any) -> Iterator[BoardHead | 
 
 def scan_specs(board: Board) -> Iterator[BoardHead | RawTask]:
     """A board built in code (or parsed already): its tasks are rows with every field set."""
-    settings = {"base": board.base, "max_parallel": board.max_parallel, "land": board.land}
+    settings = {"base": board.base, "max_parallel": board.max_parallel, "land": board.land,
+                **{key: getattr(board, key) for key in QUEUE_KEYS}}
     yield BoardHead(format=board.format, name=board.name, settings=settings, rows=ROWS_SPECS)
     for number, task in enumerate(board.tasks, 1):
         yield RawTask(number=number, line=0, row=asdict(task), id=task.id)
@@ -312,7 +314,7 @@ def _markdown_task(cells: list[str], columns: list[str], number: int, line: int,
 def check_head(head: BoardHead, source: str) -> None:
     """Refuse board-wide settings that would fail every task (BoardError), before anything starts."""
     probe = _with_defaults(TaskSpec(id="x", done=True), head.settings, set(), f"{source}: board-wide settings")
-    validate_board(Board(tasks=[probe], **_board_settings(head.settings)), source)
+    validate_board(Board(tasks=[probe], **board_wide(head.settings)), source)
 
 
 def unique_ids(rows: Iterable[BoardHead | RawTask], source: str) -> Iterator[BoardHead | RawTask]:
@@ -347,11 +349,12 @@ def task_from_row(raw: RawTask, head: BoardHead, source: str) -> TaskSpec:
         raise BoardError(raw.error)
     row = raw.row or {}
     spec = spec_from_row(row, TASK_KEYS if head.rows == ROWS_TOML else SPEC_KEYS, head.settings, where)
-    validate_board(Board(tasks=[spec], **_board_settings(head.settings)), where)
+    validate_board(Board(tasks=[spec], **board_wide(head.settings)), where)
     return spec
 
 
 def check_board_settings(board: Board, source: str) -> None:
     """The board-wide rules (land, max_parallel, base) for a board whose tasks are stored apart."""
     probe = TaskSpec(id="x", branch="taskfleet/settings-probe", done=True)
-    validate_board(Board(tasks=[probe], base=board.base, max_parallel=board.max_parallel, land=board.land), source)
+    validate_board(Board(tasks=[probe], base=board.base, max_parallel=board.max_parallel, land=board.land,
+                         **{key: getattr(board, key) for key in QUEUE_KEYS}), source)

@@ -14,6 +14,7 @@ from typing import Any
 
 from taskfleet.core.git_op_validation import branch_name_problem
 from taskfleet.core.llm_board_keys import ANTHROPIC, LLM_KEYS, llm_fields_problem
+from taskfleet.core.merge_queue_validation import queue_board_problem
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 
 if sys.version_info >= (3, 11):
@@ -22,8 +23,10 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
+QUEUE_KEYS = ("queue_verify", "queue_target", "queue_max_batch", "queue_max_wait_seconds", "queue_retries")
+LANDINGS = ("push", "merge", "queue")
 BOARD_KEYS = {"name", "base", "max_parallel", "land", "run", "verify", "template", "task_type",
-              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks"} | set(LLM_KEYS)
+              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks", *QUEUE_KEYS} | set(LLM_KEYS)
 TASK_KEYS = {f.name for f in fields(TaskSpec)} - {"acceptance"}
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -94,7 +97,7 @@ def parse_markdown_board(text: str, source: str = "board.md", **overrides: Any) 
         )
         explicit = {"id", "scope", "branch", "done"} | ({"verify"} if command else set())
         tasks.append(_with_defaults(spec, settings, explicit, f"{source}:{number}"))
-    return validate_board(Board(tasks=tasks, name=Path(source).stem, format="markdown", **_board_settings(settings)), source)
+    return validate_board(Board(tasks=tasks, name=Path(source).stem, format="markdown", **board_wide(settings)), source)
 
 
 def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) -> Board:
@@ -116,7 +119,7 @@ def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) ->
             raise BoardError(f"{where}: must be a table")
         tasks.append(spec_from_row(row, TASK_KEYS, settings, where))
     name = str(settings.get("name") or Path(source).stem)
-    return validate_board(Board(tasks=tasks, name=name, format="toml", **_board_settings(settings)), source)
+    return validate_board(Board(tasks=tasks, name=name, format="toml", **board_wide(settings)), source)
 
 
 def _cells(line: str) -> list[str]:
@@ -126,8 +129,12 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in stripped.strip("|").split("|")]
 
 
-def _board_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: settings[k] for k in ("base", "max_parallel", "land") if k in settings}
+def board_wide(settings: dict[str, Any]) -> dict[str, Any]:
+    """The board-wide fields of `Board` from a board's settings (file keys and CLI overrides)."""
+    out = {k: settings[k] for k in ("base", "max_parallel", "land", *QUEUE_KEYS) if k in settings}
+    if "queue_verify" not in out and isinstance(settings.get("verify"), str):
+        out["queue_verify"] = settings["verify"]  # the merged result is checked as the board checks a task
+    return out
 
 
 DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree",
@@ -172,13 +179,18 @@ def validate_board(board: Board, source: str = "board") -> Board:
     """Refuse a board that cannot run as written (also used by the workflow on its input)."""
     if not board.tasks:
         raise BoardError(f"{source}: the board has no tasks")
-    if board.land not in ("push", "merge"):
-        raise BoardError(f"{source}: land must be 'push' or 'merge', got {board.land!r}")
+    if board.land not in LANDINGS:
+        raise BoardError(f"{source}: land must be 'push', 'merge' or 'queue', got {board.land!r}")
     if not isinstance(board.max_parallel, int) or board.max_parallel < 1:
         raise BoardError(f"{source}: max_parallel must be a whole number >= 1")
-    problem = branch_name_problem(board.base)
+    if not isinstance(board.base, str):
+        raise BoardError(f"{source}: base must be a branch name")
+    problem = branch_name_problem(board.base) if board.base else None  # "": the remote's default branch
     if problem:
         raise BoardError(f"{source}: base: {problem}")
+    problem = queue_board_problem(board)
+    if problem:
+        raise BoardError(f"{source}: {problem}")
     seen: dict[str, str] = {}
     branches: dict[str, str] = {}
     for task in board.tasks:
@@ -193,8 +205,8 @@ def validate_board(board: Board, source: str = "board") -> Board:
             raise BoardError(f"{source}: task {task.id}: {problem}")
         if task.branch in branches:
             raise BoardError(f"{source}: tasks {branches[task.branch]} and {task.id} share branch {task.branch}")
-        if task.branch == board.base:
-            raise BoardError(f"{source}: task {task.id} works on the base branch {board.base}")
+        if task.branch in (board.base, board.queue_target):
+            raise BoardError(f"{source}: task {task.id} works on the branch it lands on, {task.branch}")
         branches[task.branch] = task.id
         problem = llm_fields_problem(task)
         if problem:

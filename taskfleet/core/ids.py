@@ -29,6 +29,29 @@ def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = D
     return f"taskfleet-git-{slug(posixpath.basename(path) or 'repo')}-{remote}-{digest}"
 
 
+def merge_queue_workflow_id(
+    repo: str, remote: str, target: str, task_queue: str = DEFAULT_TASK_QUEUE
+) -> str:
+    """`taskfleet-queue-<clone name>-<remote>-<target>-<8 hex>`: one merge queue per (clone, remote,
+    target branch, task queue).
+
+    As for the git batcher, the task queue is part of the hash unless it is the default, so a queue
+    always runs where its callers' workers poll. `repo` must be absolute (callers resolve it first).
+    """
+    path = posixpath.normpath(repo)
+    key = f"{path}\0{remote}\0{target}" + ("" if task_queue == DEFAULT_TASK_QUEUE else f"\0{task_queue}")
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"taskfleet-queue-{slug(posixpath.basename(path) or 'repo')}-{remote}-{slug(target, 40)}-{digest}"
+
+
+def queue_run_key(run_key: str, attempt: int) -> str:
+    """The run key of a task's re-run after the merge queue sent its change back (`attempt` >= 1).
+
+    It names the re-run's commit trailer, log folder and queue entry id, so a re-run never takes the
+    first attempt's commit for its own (nor its entry id for a repeat)."""
+    return f"{run_key}#queue-{attempt}" if attempt else run_key
+
+
 def orchestrator_workflow_id(board_name: str, unique: str) -> str:
     return f"taskfleet-run-{slug(board_name)}-{unique}"
 

@@ -13,6 +13,7 @@ ORCHESTRATOR_WORKFLOW = "OrchestratorWorkflow"
 LESSONS_QUERY_WORKFLOW = "LessonsQueryWorkflow"
 LLM_BATCH_WORKFLOW = "LLMBatchWorkflow"
 LLM_TASK_WORKFLOW = "LLMTaskWorkflow"
+MERGE_QUEUE_WORKFLOW = "MergeQueueWorkflow"
 
 # --- GitBatchWorkflow messages ------------------------------------------------------------------
 SIGNAL_ENQUEUE = "enqueue"
@@ -24,6 +25,12 @@ QUERY_STATUS = "status"
 QUERY_STATS = "stats"
 # Error type of a `flush_now`/`retry` refused while the batcher continues as new: send it again.
 CONTINUING_AS_NEW = "ContinuingAsNew"
+
+# --- MergeQueueWorkflow messages -----------------------------------------------------------------
+# It takes the batcher's message names (one vocabulary for both): signal `enqueue(entry)`, signal
+# `flush`, update `submit(entry) -> entry id`, queries `status` and `stats`. Each entry's `reply_to`
+# gets this signal with its outcome (landed, rejected or conflict):
+SIGNAL_QUEUE_OUTCOMES = "queue_outcomes"
 
 # --- OrchestratorWorkflow messages --------------------------------------------------------------
 SIGNAL_GIT_OPS_LANDED = "git_ops_landed"
@@ -59,6 +66,10 @@ ACTIVITY_LLM_POLL_BATCH = "taskfleet_llm_poll_batch"
 ACTIVITY_LLM_DELIVER_RESULTS = "taskfleet_llm_deliver_results"
 ACTIVITY_LLM_APPLY = "taskfleet_llm_apply"
 ACTIVITY_LLM_RECORD_FAILURE = "taskfleet_llm_record_failure"
+ACTIVITY_QUEUE_BUILD = "taskfleet_queue_build"
+ACTIVITY_QUEUE_VERIFY = "taskfleet_queue_verify"
+ACTIVITY_QUEUE_PUSH = "taskfleet_queue_push"
+ACTIVITY_DEFAULT_BRANCH = "taskfleet_default_branch"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).
@@ -86,3 +97,7 @@ PATCH_BOARD_PAGES = "taskfleet-board-pages"
 PATCH_RESULT_FROM_MEMORY = "taskfleet-result-from-memory"
 # Outcomes are appended to the run store by a local activity (no server round trip).
 PATCH_LOCAL_RECORD = "taskfleet-local-record"
+
+# A board that names no `base` lands on the remote's default branch, asked of the clone by the worker
+# (runs started before this took "main").
+PATCH_DEFAULT_BASE = "taskfleet-default-base-from-remote"

@@ -1,5 +1,5 @@
-"""Names of the refs that keep stored boards and run stores in a clone: pure, so the workflow,
-activities and the CLI compute the same ones."""
+"""Names of the refs taskfleet keeps in a clone (stored boards, run stores, merge-queue targets):
+pure, so the workflow, activities and the CLI compute the same ones."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 
 BOARDS_REF_PREFIX = "refs/taskfleet/boards/"
 RUNS_REF_PREFIX = "refs/taskfleet/runs/"
+QUEUE_REF_PREFIX = "refs/taskfleet/queue/"
 
 
 def board_ref(board_id: str) -> str:
@@ -24,3 +25,9 @@ def run_ref(workflow_id: str, first_run_id: str) -> str:
     """The ref of one run's outcomes: readable, and unique even for ids that read the same."""
     digest = hashlib.sha256(workflow_id.encode()).hexdigest()[:8]
     return f"{RUNS_REF_PREFIX}{_component(workflow_id)}-{digest}/{_component(first_run_id)}"
+
+
+def queue_ref(queue_id: str) -> str:
+    """Where a merge queue fetches its target into (`.../target`; its merged chain waits beside it
+    as `.../candidate`): one folder per queue, so two queues never share a ref."""
+    return f"{QUEUE_REF_PREFIX}{_component(queue_id, 60)}-{hashlib.sha256(queue_id.encode()).hexdigest()[:8]}/target"

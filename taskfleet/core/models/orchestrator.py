@@ -5,6 +5,7 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
+from taskfleet.core.models.merge_queue import QueueLanding, QueueRetry
 from taskfleet.core.models.paging import BoardReference, PagingState
 
 TASK_SUCCEEDED = "succeeded"
@@ -48,11 +49,20 @@ class TaskSpec:
 class Board:
     tasks: list[TaskSpec]
     name: str = "board"
-    base: str = "main"
+    # The branch tasks start from and land on; "" (not named): the remote's default branch, as the
+    # clone's `<remote>/HEAD` names it (resolved by the CLI before it starts, else by the worker).
+    base: str = ""
     max_parallel: int = 4
-    land: str = "push"  # push: push each task branch; merge: merge it into `base`
+    # push: push each task branch; merge: merge it into `base`; queue: through the merge queue of
+    # `queue_target`, which verifies the merged result before the target moves.
+    land: str = "push"
     path: str = ""
     format: str = "toml"
+    queue_verify: str = ""  # run on each merged batch; default the board's `verify`
+    queue_target: str = ""  # default `base`
+    queue_max_batch: int = 8
+    queue_max_wait_seconds: float = 30.0
+    queue_retries: int = 1  # times a task sent back by the queue is redone before it fails
 
 
 @dataclass
@@ -121,6 +131,15 @@ class OrchestratorStats:
     llm_output_tokens: int = 0
     llm_cache_read_tokens: int = 0
     llm_cost_usd: float = 0.0  # estimated, batch discount applied
+    # land = "queue": this run's entries and what they cost the queue (verify runs, bisection steps
+    # and pushes that included them), time in queue summed over decided entries, and re-runs.
+    queue_landed: int = 0
+    queue_rejected: int = 0
+    queue_conflicts: int = 0
+    queue_resubmits: int = 0
+    queue_verify_runs: int = 0
+    queue_bisection_steps: int = 0
+    queue_seconds: float = 0.0
 
 
 @dataclass
@@ -143,6 +162,12 @@ class OrchestratorState:
     # A paged run (boards by reference): `pending` and `outcomes` hold only the tasks in flight;
     # every finished task's outcome is in the run store.
     paging: Optional[PagingState] = None
+    # land = "queue": tasks the queue sent back (task id -> the latest send-back), the queue's verify
+    # runs, splits and pushes seen lately (each counted once), and the specs of sent-back tasks a
+    # paged run carries to its next run (a stored board's page is not read again for them).
+    queue_retries: dict[str, QueueRetry] = field(default_factory=dict)
+    queue_seen: list[str] = field(default_factory=list)
+    requeued_specs: dict[str, TaskSpec] = field(default_factory=dict)
 
 
 @dataclass
@@ -179,6 +204,7 @@ class TaskInput:
     git_task_queue: str
     git_max_batch_size: int = 10
     git_max_batch_age_seconds: float = 5.0
+    queue: Optional[QueueLanding] = None  # land = "queue": the merge queue's settings, a re-run's reason
 
 
 @dataclass

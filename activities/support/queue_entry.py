@@ -1,0 +1,50 @@
+"""A task's side of landing through the merge queue: its entry, and where a re-run starts.
+
+With `land = "queue"` a task's branch is not pushed: it stays in the clone, where the target's
+`MergeQueueWorkflow` reads it, and the task sends one entry (signal-with-start). A task the queue
+sent back runs again from the target's tip the queue judged it on, with the reason in its environment.
+"""
+
+from __future__ import annotations
+
+from taskfleet.activities.support.worktrees import resolve
+from temporalio import activity
+
+from taskfleet.core.ids import landing_op_id
+from taskfleet.core.merge_queue_start import entry_payload, with_queue_start_options
+from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
+from taskfleet.core.models.orchestrator import TaskInput, TaskResult
+from taskfleet.core.names import MERGE_QUEUE_WORKFLOW, SIGNAL_ENQUEUE
+
+
+def base_commit_of(params: TaskInput) -> str:
+    """The commit a task starts from: its base branch in the clone, or, for a re-run after the merge
+    queue sent its change back, the target's tip the queue judged it on."""
+    if params.queue is not None and params.queue.start_commit:
+        return params.queue.start_commit
+    return resolve(params.repo, params.base, params.remote)
+
+
+def queue_env(params: TaskInput) -> dict[str, str]:
+    """What a command task re-run after the merge queue sent it back learns from its environment."""
+    if params.queue is None or not params.queue.attempt:
+        return {}
+    return {"TASKFLEET_QUEUE_ATTEMPT": str(params.queue.attempt), "TASKFLEET_QUEUE_FEEDBACK": params.queue.feedback}
+
+
+async def submit_to_queue(params: TaskInput, result: TaskResult) -> None:
+    """Send the task's branch (it stays in the clone, where the queue reads it) to the target's
+    `MergeQueueWorkflow`, starting it if needed; the queue tells the orchestrator its outcome."""
+    task, landing = params.task, params.queue
+    entry = QueueEntry(branch=task.branch, expect_commit=result.commit, id=landing_op_id(params.run_key, task.id),
+                       reply_to=params.reply_to, verify=landing.verify or task.verify, task_type=task.task_type)
+    config = MergeQueueConfig(repo=params.repo, target=landing.target, remote=params.remote, verify=landing.verify,
+                              max_batch=landing.max_batch, max_wait_seconds=landing.max_wait_seconds)
+    client = activity.client()
+
+    async def start(options: dict) -> object:
+        return await client.start_workflow(MERGE_QUEUE_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE,
+                                           start_signal_args=[entry_payload(entry)], **options)
+
+    await with_queue_start_options(start, config, params.git_task_queue)
+    result.landing_op_id = entry.id

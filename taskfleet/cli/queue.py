@@ -1,0 +1,205 @@
+"""`taskfleet queue add|status|flush|id`: drive a target branch's `MergeQueueWorkflow`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from taskfleet.cli.common import client_for, to_json
+from taskfleet.clients.connection import StartupError
+from taskfleet.clients.merge_queue import MergeQueueClient, merge_queue_workflow_id
+from taskfleet.clients.search_attributes import ensure_search_attributes
+from taskfleet.core.default_branch import default_branch
+from taskfleet.core.models.merge_queue import EntryOutcome, MergeQueueConfig, MergeQueueStatus, QueueEntry
+
+
+def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=60, check=False)
+
+
+def _clone(args: argparse.Namespace) -> str:
+    """--repo as an absolute path, once it is known to be a clone with the remote."""
+    path = os.path.abspath(args.repo)
+    if not os.path.isdir(path) or _git(path, "rev-parse", "--git-dir").returncode != 0:
+        raise StartupError(f"--repo {args.repo}: not a git repository ({path})")
+    if _git(path, "remote", "get-url", args.remote).returncode != 0:
+        raise StartupError(f"--repo {args.repo}: has no remote {args.remote!r}; pass --remote")
+    return path
+
+
+def _target(args: argparse.Namespace, repo: str) -> str:
+    if args.target:
+        return args.target
+    name = default_branch(repo, args.remote)
+    if not name:
+        raise StartupError(f"cannot tell the default branch of {args.remote} in {repo}; pass --target")
+    return name
+
+
+def _queue(args: argparse.Namespace, client: Client, repo: str) -> MergeQueueClient:
+    config = MergeQueueConfig(repo=repo, target=_target(args, repo), remote=args.remote, verify=args.verify or "",
+                              max_batch=args.max_batch, max_wait_seconds=args.max_wait_seconds)
+    return MergeQueueClient(client, config, args.task_queue)
+
+
+def _commit_of(repo: str, remote: str, branch: str) -> str:
+    for ref in (f"refs/heads/{branch}", f"refs/remotes/{remote}/{branch}"):
+        found = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if found.returncode == 0:
+            return found.stdout.strip()
+    raise StartupError(f"branch {branch!r} exists neither in {repo} nor on {remote}")
+
+
+async def queue_add(args: argparse.Namespace) -> int:
+    repo = _clone(args)
+    entry = QueueEntry(branch=args.branch, expect_commit=args.commit or _commit_of(repo, args.remote, args.branch),
+                       id=args.id or "", reply_to=args.reply_to or "", verify=args.verify or "")
+    client = await client_for(args)
+    notice = await ensure_search_attributes(client)
+    if notice:
+        print(f"taskfleet: {notice}", file=sys.stderr)
+    q = _queue(args, client, repo)
+    try:
+        entry_id = await q.submit(entry)
+    except WorkflowUpdateFailedError as err:
+        print(f"taskfleet: {getattr(err.cause, 'message', None) or err.cause}", file=sys.stderr)
+        return 1
+    print(f"queued {entry_id} ({args.branch} at {entry.expect_commit[:12]}) on {q.workflow_id}")
+    if not args.wait:
+        return 0
+    outcome = await _wait_for(q, entry_id, args.wait_timeout)
+    if outcome is None:
+        print(f"taskfleet: no outcome for {entry_id} within {args.wait_timeout:g}s; "
+              f"`taskfleet queue status --repo {args.repo}` shows where it is", file=sys.stderr)
+        return 1
+    print(format_outcome(outcome))
+    return 0 if outcome.status == "landed" else 1
+
+
+async def _wait_for(q: MergeQueueClient, entry_id: str, timeout: float) -> EntryOutcome | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = await q.status()
+        for outcome in reversed(status.recent):
+            if outcome.entry_id == entry_id:
+                return outcome
+        await asyncio.sleep(1.0)  # at a person's pace: this is a command line waiting, not a test
+    return None
+
+
+def format_outcome(o: EntryOutcome) -> str:
+    lines = [f"{o.entry_id} ({o.branch}): {o.status}" + (f" at {o.commit[:12]}" if o.commit else "")]
+    if o.reason:
+        lines.extend(textwrap.wrap(o.reason, 100, initial_indent="  ", subsequent_indent="  "))
+    if o.output_tail:
+        lines.append("  verify output (tail):")
+        lines.extend(f"    {line}" for line in o.output_tail.splitlines()[-20:])
+    return "\n".join(lines)
+
+
+def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
+    c, s = status.config, status.stats
+    lines = [
+        f"{workflow_id}: {c.repo} -> {c.remote}/{c.target} (run {status.runs}), tip {status.target_tip[:12] or '?'}",
+        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}), refused inputs {s.refused_inputs}",
+        f"  landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}; batches {s.batches}, "
+        f"verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), bisection steps {s.bisection_steps}, "
+        f"pushes {s.pushes}, rebuilds {s.rebuilds}; time in queue avg {s.queue_seconds_avg:.1f}s "
+        f"max {s.queue_seconds_max:.1f}s",
+    ]
+    if status.in_flight:
+        b = status.in_flight
+        lines.append(f"  in flight: {b.id} ({len(b.entries)} entries, {b.stage})"
+                     + (f", half of {b.half_of}" if b.half_of else ""))
+    for batch in status.halves:
+        lines.append(f"  waiting half {batch.id} of {batch.half_of}: {', '.join(e.id for e in batch.entries[:8])}")
+    for entry in status.queue[:10]:
+        lines.append(f"  queued {entry.id} ({entry.branch} at {entry.expect_commit[:12]})")
+    if len(status.queue) > 10:
+        lines.append(f"  ... and {len(status.queue) - 10} more queued")
+    if status.last_error:
+        lines.append(f"  last error (trying again at {status.retry_at}): {status.last_error}")
+    for outcome in status.recent[-10:]:
+        lines.append(f"  {outcome.status:<8} {outcome.entry_id} ({outcome.branch}) {outcome.reason[:100]}")
+    for refused in status.rejected[-5:]:
+        lines.append(f"  refused ({refused.handler}): {refused.reason}")
+    return "\n".join(lines)
+
+
+async def queue_status(args: argparse.Namespace) -> int:
+    repo = os.path.abspath(args.repo)
+    client = await client_for(args)
+    q = _queue(args, client, repo)
+    try:
+        status = await q.status()
+    except RPCError as err:
+        print(f"taskfleet: no merge queue {q.workflow_id}: {err.message}", file=sys.stderr)
+        return 1
+    print(to_json(status) if args.json else format_queue_status(q.workflow_id, status))
+    return 0
+
+
+async def queue_flush(args: argparse.Namespace) -> int:
+    repo = os.path.abspath(args.repo)
+    client = await client_for(args)
+    q = _queue(args, client, repo)
+    try:
+        await q.flush()
+    except RPCError as err:
+        print(f"taskfleet: no merge queue {q.workflow_id}: {err.message}", file=sys.stderr)
+        return 1
+    print(f"flush requested on {q.workflow_id}")
+    return 0
+
+
+async def queue_id(args: argparse.Namespace) -> int:
+    repo = os.path.abspath(args.repo)
+    print(merge_queue_workflow_id(repo, args.remote, _target(args, repo), args.task_queue))
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    group = sub.add_parser("queue", help="land branches through a target branch's merge queue").add_subparsers(
+        dest="queue_command", required=True
+    )
+
+    def target(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--repo", required=True, help="path of the clone on the worker")
+        p.add_argument("--remote", default="origin")
+        p.add_argument("--target", help="the branch kept green (default: the remote's default branch)")
+        p.add_argument("--verify", help="command run on each merged batch (add: this entry's; also the queue's "
+                                        "default if this starts it)")
+        p.add_argument("--max-batch", type=int, default=8, help="used if this starts the queue")
+        p.add_argument("--max-wait-seconds", type=float, default=30.0, help="used if this starts the queue")
+
+    add = group.add_parser("add", help="queue a branch (its current commit) to land on the target")
+    add.add_argument("branch")
+    target(add)
+    add.add_argument("--commit", help="the commit to land (default: the branch's commit in the clone)")
+    add.add_argument("--id", help="entry id (default: given by the queue); a repeated id is ignored")
+    add.add_argument("--reply-to", help="workflow id told the outcome (signal queue_outcomes)")
+    add.add_argument("--wait", action="store_true", help="wait for the outcome and print it (exit 1 unless landed)")
+    add.add_argument("--wait-timeout", type=float, default=3600.0)
+    add.set_defaults(func=queue_add)
+
+    status = group.add_parser("status", help="queued entries, the batch in flight, recent outcomes and stats")
+    target(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=queue_status)
+
+    flush = group.add_parser("flush", help="start batches now for everything queued")
+    target(flush)
+    flush.set_defaults(func=queue_flush)
+
+    ident = group.add_parser("id", help="print the queue's workflow id for a clone, remote and target")
+    target(ident)
+    ident.set_defaults(func=queue_id)
