@@ -9,7 +9,6 @@ orchestrator lands and counts both kinds of task the same way.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -19,50 +18,28 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import root_cause_message
-    from taskfleet.core.llm_ids import llm_batch_workflow_id, llm_custom_id
-    from taskfleet.core.llm_pricing import estimate_cost
     from taskfleet.core.models.llm import (
-        REPLY_EXPIRED,
-        REPLY_FAILED,
         REPLY_SUCCEEDED,
         ApplyInput,
-        DirectCallInput,
         FailureInput,
         LLMReply,
-        LLMRequest,
         LLMTaskInput,
-        LLMUsage,
         PreparedRequest,
-        SubmitInput,
     )
     from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskResult
     from taskfleet.core.names import (
         ACTIVITY_LLM_APPLY,
-        ACTIVITY_LLM_CALL_DIRECT,
         ACTIVITY_LLM_PREPARE,
         ACTIVITY_LLM_RECORD_FAILURE,
-        ACTIVITY_LLM_SUBMIT,
         LLM_TASK_WORKFLOW,
         SIGNAL_LLM_REPLY,
     )
 
-QUICK = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-                    non_retryable_error_types=["BadTaskSetup", "TemplateError", "AnthropicNotConfigured"])
-API = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60), maximum_attempts=5,
-                  non_retryable_error_types=["AnthropicNotConfigured"])
-# A batch ends within 24 h (then its requests expire); past this, taskfleet stops waiting.
-REPLY_TIMEOUT = timedelta(hours=26)
+from taskfleet.workflows.model_calls import QUICK, ModelCalls, Route, tool_call
+
 TOOL_RESULT_TAIL = 3000
-MAX_REPLIES = 1000  # replies kept (a task expects a handful; anything beyond is noise)
 # Verification heartbeats every second; a worker that vanishes is noticed within this.
 APPLY_HEARTBEAT = timedelta(seconds=60)
-
-
-def _tool_use(message: dict) -> Optional[dict]:
-    for block in message.get("content") or []:
-        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") == "apply_edits":
-            return block
-    return None
 
 
 # Worker Versioning: PINNED, like the orchestrator that starts it: one task's steps (prepare,
@@ -70,31 +47,12 @@ def _tool_use(message: dict) -> Optional[dict]:
 @workflow.defn(name=LLM_TASK_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class LLMTaskWorkflow:
     def __init__(self) -> None:
-        self._replies: dict[str, LLMReply] = {}
-        self._waiting_for = ""
+        self.calls = ModelCalls()
 
     @workflow.signal(name=SIGNAL_LLM_REPLY)
     def llm_reply(self, *args: Any) -> None:
         """The batcher's answer; a repeat (a retried delivery) or anything malformed is dropped."""
-        try:
-            raw = args[0] if len(args) == 1 else None
-            if isinstance(raw, LLMReply):
-                reply = raw
-            elif isinstance(raw, dict) and isinstance(raw.get("custom_id"), str) and isinstance(raw.get("type"), str):
-                usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
-                reply = LLMReply(
-                    custom_id=raw["custom_id"], type=raw["type"],
-                    message=raw.get("message") if isinstance(raw.get("message"), dict) else {},
-                    error=str(raw.get("error", ""))[:2000], batch_id=str(raw.get("batch_id", ""))[:200],
-                    usage=LLMUsage(**{k: int(usage.get(k) or 0) for k in LLMUsage.__dataclass_fields__}),
-                )
-            else:
-                workflow.logger.warning("ignored a malformed llm_reply (%d argument(s))", len(args))
-                return
-            if len(self._replies) < MAX_REPLIES:
-                self._replies.setdefault(reply.custom_id, reply)
-        except Exception as err:  # noqa: BLE001 - a bad message must never fail the workflow task
-            workflow.logger.warning("ignored a malformed llm_reply: %s", type(err).__name__)
+        self.calls.receive(args)
 
     @workflow.run
     async def run(self, params: LLMTaskInput) -> TaskResult:
@@ -126,7 +84,7 @@ class LLMTaskWorkflow:
                                         f"llm_{reply.type}")
                     await self._record(task_input, last)
                     continue
-                tool = _tool_use(reply.message)
+                tool = tool_call(reply.message, "apply_edits")
                 if tool is None or not isinstance(tool.get("input"), dict):
                     last = self._failed(f"attempt {attempt}: the model did not call apply_edits", "llm_no_tool")
                     await self._record(task_input, last)
@@ -169,60 +127,12 @@ class LLMTaskWorkflow:
 
     async def _ask(self, params: LLMTaskInput, prepared: PreparedRequest, conversation: list, attempt: int) -> LLMReply:
         task = params.task_input.task
-        info = workflow.info()
-        request = {**prepared.params, "messages": conversation}
-        if not task.llm_batch:
-            custom_id = llm_custom_id(info.first_execution_run_id, task.id, attempt)
-            try:
-                return await workflow.execute_activity(
-                    ACTIVITY_LLM_CALL_DIRECT, DirectCallInput(custom_id=custom_id, params=request),
-                    result_type=LLMReply, start_to_close_timeout=timedelta(minutes=10), retry_policy=API,
-                    summary=f"{task.id}: messages.create (attempt {attempt})"[:100],
-                )
-            except ActivityError as err:
-                return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=root_cause_message(err))
-        for resubmit in range(2):  # an expired request is resubmitted once
-            custom_id = llm_custom_id(info.first_execution_run_id, task.id, attempt, resubmit)
-            submit = SubmitInput(
-                request=LLMRequest(custom_id=custom_id, params=request, reply_to=info.workflow_id,
-                                   max_batch_size=task.llm_batch_max_size,
-                                   max_batch_age_seconds=task.llm_batch_max_age_seconds),
-                batch_workflow_id=llm_batch_workflow_id(info.task_queue), task_queue=info.task_queue,
-            )
-            try:
-                await workflow.execute_activity(
-                    ACTIVITY_LLM_SUBMIT, submit, start_to_close_timeout=timedelta(minutes=2), retry_policy=QUICK,
-                    summary=f"{task.id}: submit to the Message Batch queue"[:100],
-                )
-            except ActivityError as err:
-                return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=root_cause_message(err))
-            self._waiting_for = custom_id
-            try:
-                await workflow.wait_condition(lambda: custom_id in self._replies, timeout=REPLY_TIMEOUT)
-            except asyncio.TimeoutError:
-                return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=f"no result within {REPLY_TIMEOUT}")
-            finally:
-                self._waiting_for = ""
-            reply = self._replies[custom_id]
-            if reply.type != REPLY_EXPIRED or resubmit:
-                return reply
-            self._account(reply)
-            workflow.logger.info("%s expired in batch %s; resubmitting once", custom_id, reply.batch_id)
-        return reply
+        route = Route(batch=task.llm_batch, max_batch_size=task.llm_batch_max_size,
+                      max_batch_age_seconds=task.llm_batch_max_age_seconds)
+        return await self.calls.ask({**prepared.params, "messages": conversation}, task.id, attempt, route, task.id)
 
     def _account(self, reply: LLMReply) -> None:
-        r = self.result
-        r.llm_requests += 1
-        if reply.batch_id:
-            if reply.batch_id not in r.llm_batch_ids:
-                r.llm_batch_ids.append(reply.batch_id)
-        elif reply.type != REPLY_FAILED or reply.message:
-            r.llm_direct_calls += 1
-        u = reply.usage
-        r.llm_input_tokens += u.input_tokens + u.cache_creation_tokens
-        r.llm_output_tokens += u.output_tokens
-        r.llm_cache_read_tokens += u.cache_read_tokens
-        r.llm_cost_usd = round(r.llm_cost_usd + estimate_cost(self.model, u, batched=bool(reply.batch_id)), 6)
+        self.calls.account(reply, self.model)
 
     def _failed(self, reason: str, failure_type: str) -> TaskResult:
         return TaskResult(id=self.result.id, status=TASK_FAILED, reason=reason, failure_type=failure_type)
@@ -239,9 +149,8 @@ class LLMTaskWorkflow:
 
     def _merged(self, outcome: TaskResult) -> TaskResult:
         """The attempt's result, with the accounting of every call this task made."""
-        r = self.result
-        for name in ("llm_direct_calls", "llm_batch_ids", "llm_requests", "llm_input_tokens", "llm_output_tokens",
-                     "llm_cache_read_tokens", "llm_cost_usd"):
-            setattr(outcome, name, getattr(r, name))
+        u = self.calls.usage
+        outcome.llm_direct_calls, outcome.llm_batch_ids, outcome.llm_requests = u.direct_calls, list(u.batch_ids), u.requests
+        outcome.llm_input_tokens, outcome.llm_output_tokens = u.input_tokens, u.output_tokens
+        outcome.llm_cache_read_tokens, outcome.llm_cost_usd = u.cache_read_tokens, u.cost_usd
         return outcome
-
