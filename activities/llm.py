@@ -9,7 +9,6 @@ the SDK); nothing secret enters a payload, a log line or an error message.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import os
 import time
 from datetime import datetime, timedelta
@@ -18,7 +17,6 @@ from typing import Any
 
 import anthropic
 from git import Repo
-from git.exc import GitCommandError
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
@@ -26,6 +24,7 @@ from taskfleet.activities.support.executor import run_command, tail
 from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
+from taskfleet.activities.support.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, resolve
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
@@ -204,39 +203,11 @@ class LLMActivities:
         task = params.task
         repo = Repo(params.repo)
         try:
-            commit = ""
-            for ref in (f"refs/heads/{params.base}", f"refs/remotes/{params.remote}/{params.base}"):
-                try:
-                    commit = repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
-                    break
-                except GitCommandError:
-                    continue
-            if not commit:
-                raise ApplicationError(f"task {task.id}: base branch {params.base} does not exist in {params.repo}",
-                                       type="BadTaskSetup", non_retryable=True)
+            commit = base_commit(repo, params.base, params.remote)
             tree = repo.git.rev_parse(f"{commit}^{{tree}}")
-            if not task.context:
-                return commit, tree, []
-            names = repo.git.ls_tree("-r", "--name-only", "-z", commit).split("\0")
-            chosen: list[str] = []
-            for glob in task.context:
-                matched = [n for n in names if n and fnmatch.fnmatchcase(n, glob)]
-                if not matched:
-                    raise ApplicationError(f"task {task.id}: context glob {glob!r} matches no file at {params.base}",
-                                           type="BadTaskSetup", non_retryable=True)
-                chosen.extend(n for n in matched if n not in chosen)
-            sizes = {n: int(repo.git.cat_file("-s", f"{commit}:{n}")) for n in chosen}
-            total = sum(sizes.values())
-            if total > self.llm.context_max_bytes:
-                largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
-                raise ApplicationError(
-                    f"task {task.id}: context files total {total} bytes, over the cap of {self.llm.context_max_bytes}"
-                    f" (TASKFLEET_LLM_CONTEXT_MAX_BYTES); largest: "
-                    + ", ".join(f"{n} ({s} bytes)" for n, s in largest),
-                    type="BadTaskSetup", non_retryable=True,
-                )
-            files = [(n, repo.git.show(f"{commit}:{n}", strip_newline_in_stdout=False)) for n in chosen]
-            return commit, tree, files
+            return commit, tree, context_files(repo, commit, task.context, self.llm.context_max_bytes, params.base)
+        except RepoReadError as err:
+            raise ApplicationError(f"task {task.id}: {err}", type="BadTaskSetup", non_retryable=True) from None
         finally:
             repo.close()
 

@@ -25,6 +25,7 @@ from taskfleet.activities.board_store import BoardStoreActivities
 from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
+from taskfleet.activities.plan import PlanActivities
 from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
@@ -39,11 +40,12 @@ from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
 from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
 from taskfleet.workflows.llm_task import LLMTaskWorkflow
 from taskfleet.workflows.orchestrator import OrchestratorWorkflow
+from taskfleet.workflows.planner import PlannerWorkflow
 
 log = logging.getLogger("taskfleet.plugin")
 
 WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
-                         LLMTaskWorkflow, LeaseLockWorkflow]
+                         LLMTaskWorkflow, LeaseLockWorkflow, PlannerWorkflow]
 # How often a worker drops the worktree registrations of dead workers (their presence lease expired).
 SWEEP_SECONDS = 10.0
 
@@ -68,7 +70,9 @@ class WorkerServices:
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
-        self.llm = LLMActivities(settings, LLMSettings(), self.lessons, self.templates, self.result_cache, self.tasks)
+        llm = LLMSettings()
+        self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
+        self.plans = PlanActivities(llm, self.lessons, self.templates)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
         self.started = False
@@ -82,6 +86,7 @@ class WorkerServices:
             self.tasks.run_task,
             self.tasks.claim_branches,
             *self.llm.activities(),
+            self.plans.prepare,
             self.boards.store_board,
             self.boards.load_board_page,
             self.boards.record_outcomes,

@@ -13,6 +13,8 @@ ORCHESTRATOR_WORKFLOW = "OrchestratorWorkflow"
 LESSONS_QUERY_WORKFLOW = "LessonsQueryWorkflow"
 LLM_BATCH_WORKFLOW = "LLMBatchWorkflow"
 LLM_TASK_WORKFLOW = "LLMTaskWorkflow"
+PLANNER_WORKFLOW = "PlannerWorkflow"
+JUDGE_WORKFLOW = "JudgeWorkflow"
 
 # --- GitBatchWorkflow messages ------------------------------------------------------------------
 SIGNAL_ENQUEUE = "enqueue"
@@ -34,6 +36,11 @@ SIGNAL_LLM_SUBMIT = "submit"  # to LLMBatchWorkflow: one request to send in the 
 SIGNAL_LLM_FLUSH = "flush"
 SIGNAL_LLM_REPLY = "llm_reply"  # to the LLMTaskWorkflow that submitted: its result
 QUERY_LLM_STATUS = "status"
+
+# --- PlannerWorkflow / JudgeWorkflow (the planner and judge roles) --------------------------------
+QUERY_PLAN_STATUS = "status"
+QUERY_JUDGE_STATUS = "status"
+SIGNAL_TASK_STAGE = "task_stage"  # to OrchestratorWorkflow: a task moved to another stage
 
 # --- LeaseLockWorkflow (one per guarded resource) ---------------------------------------------
 LEASE_LOCK_WORKFLOW = "LeaseLockWorkflow"
@@ -59,6 +66,11 @@ ACTIVITY_LLM_POLL_BATCH = "taskfleet_llm_poll_batch"
 ACTIVITY_LLM_DELIVER_RESULTS = "taskfleet_llm_deliver_results"
 ACTIVITY_LLM_APPLY = "taskfleet_llm_apply"
 ACTIVITY_LLM_RECORD_FAILURE = "taskfleet_llm_record_failure"
+ACTIVITY_PLAN_PREPARE = "taskfleet_plan_prepare"
+ACTIVITY_JUDGE_PREPARE = "taskfleet_judge_prepare"
+ACTIVITY_JUDGE_COMMAND = "taskfleet_judge_command"
+ACTIVITY_JUDGE_RECORD = "taskfleet_judge_record"
+ACTIVITY_LAND_TASK = "taskfleet_land_task"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).
