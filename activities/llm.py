@@ -342,10 +342,13 @@ class LLMActivities:
             )
         except OpFailed as err:
             raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
+        if resumed == params.reviewed_commit:
+            resumed = ""  # the judge asked for another attempt: that commit is the last one's
         if resumed:
             # A retry after a crash: this run already committed the task; only landing is left.
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
-            await self.tasks._land(task_input, result)
+            if not task_input.hold_landing:
+                await self.tasks._land(task_input, result)
             return result
         try:
             worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
@@ -385,6 +388,8 @@ class LLMActivities:
             result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope, task_input.run_key,
                                                     params.summary)
             result.status, result.cache_hit = TASK_SUCCEEDED, params.from_cache
+            if task_input.hold_landing:
+                return result  # its judge decides; the edits are kept (and the commit lands) once approved
             if params.cache_key and not params.from_cache:
                 self.results.put(f"llm:{params.cache_key}", {"edits": params.edits, "summary": params.summary})
             await self.tasks._land(task_input, result)

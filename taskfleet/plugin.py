@@ -23,6 +23,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from taskfleet.activities.board_store import BoardStoreActivities
 from taskfleet.activities.git_push import GitPushActivities
+from taskfleet.activities.judge import JudgeActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
 from taskfleet.activities.plan import PlanActivities
@@ -35,6 +36,7 @@ from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
+from taskfleet.workflows.judge import JudgeWorkflow
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
 from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
@@ -45,7 +47,7 @@ from taskfleet.workflows.planner import PlannerWorkflow
 log = logging.getLogger("taskfleet.plugin")
 
 WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
-                         LLMTaskWorkflow, LeaseLockWorkflow, PlannerWorkflow]
+                         LLMTaskWorkflow, LeaseLockWorkflow, PlannerWorkflow, JudgeWorkflow]
 # How often a worker drops the worktree registrations of dead workers (their presence lease expired).
 SWEEP_SECONDS = 10.0
 
@@ -73,6 +75,7 @@ class WorkerServices:
         llm = LLMSettings()
         self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
         self.plans = PlanActivities(llm, self.lessons, self.templates)
+        self.judges = JudgeActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
         self.started = False
@@ -84,9 +87,11 @@ class WorkerServices:
             self.lesson_activities.record_lesson,
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
+            self.tasks.land_task,
             self.tasks.claim_branches,
             *self.llm.activities(),
             self.plans.prepare,
+            *self.judges.activities(),
             self.boards.store_board,
             self.boards.load_board_page,
             self.boards.record_outcomes,

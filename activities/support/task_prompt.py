@@ -27,6 +27,8 @@ async def render_task_prompt(templates: TemplateCache, lessons: LessonsIndex, pa
         "task": asdict(task),
         "board": {"base": params.base, "land": params.land},
         "lessons": [asdict(m.lesson) for m in lessons.query(query)],
+        # A command task's revise round: the judge's review of the commit it starts from.
+        "review": {**asdict(params.review), "commit": params.start_commit} if params.review else None,
     }
     try:
         return (await templates.render_with_limit(task.template, context)).text

@@ -98,3 +98,5 @@ PATCH_BOARD_PAGES = "taskfleet-board-pages"
 PATCH_RESULT_FROM_MEMORY = "taskfleet-result-from-memory"
 # Outcomes are appended to the run store by a local activity (no server round trip).
 PATCH_LOCAL_RECORD = "taskfleet-local-record"
+# A Claude task tells the orchestrator when it moves to another stage (signal `task_stage`).
+PATCH_TASK_STAGES = "taskfleet-task-stages"

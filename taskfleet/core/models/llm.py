@@ -215,6 +215,7 @@ class ApplyInput:
     attempt: int = 1
     cache_key: str = ""  # set: store the edits under it when they pass verification
     from_cache: bool = False
+    reviewed_commit: str = ""  # a task with a judge: the commit of the attempt the judge sent back
 
 
 @dataclass
