@@ -113,3 +113,21 @@ def test_bad_task_stage_signals_are_refused(args: tuple) -> None:
     with pytest.raises(InvalidStage):
         parse_task_stage(args)
     assert parse_task_stage(({"task_id": "A", "stage": "judging", "verdict": "revise"},)).verdict == "revise"
+
+
+def test_a_markdown_board_takes_its_judge_from_run_flags(tmp_path) -> None:
+    import argparse
+
+    from taskfleet.cli.run import _board_overrides, add_commands
+    from taskfleet.core.boards import load_board
+
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers())
+    path = tmp_path / "board.md"
+    path.write_text("| ID | Scope | Status | Branch | Verification |\n|---|---|---|---|---|\n"
+                    "| M1 | add it | [ ] | task/M1 | `make test` |\n")
+    args = parser.parse_args(["run", str(path), "--repo", ".", "--run", "make", "--judge-run", "./review.sh"])
+    (t,) = load_board(path, **_board_overrides(args)).tasks
+    assert (t.judge, t.judge_run) == ("", "./review.sh")
+    args = parser.parse_args(["run", str(path), "--repo", ".", "--run", "make", "--judge", "anthropic"])
+    assert load_board(path, **_board_overrides(args)).tasks[0].judge == "anthropic"
