@@ -53,6 +53,7 @@ class JudgeWorkflow:
         self.stage = "preparing"
         self.answers = 0
         self.problem = ""
+        self._title = "**judge**"
 
     @workflow.signal(name=SIGNAL_LLM_REPLY)
     def llm_reply(self, *args: Any) -> None:
@@ -66,6 +67,8 @@ class JudgeWorkflow:
     @workflow.run
     async def run(self, request: JudgeRequest) -> JudgeOutcome:
         task = request.task_input.task
+        self._title = f"**judge** of {task.id}, round {request.round}: commit `{request.commit[:12]}`"
+        self._details()
         try:
             prepared: PreparedJudge = await workflow.execute_activity(
                 ACTIVITY_JUDGE_PREPARE, request, result_type=PreparedJudge,
@@ -83,6 +86,7 @@ class JudgeWorkflow:
                       max_batch_age_seconds=task.llm_batch_max_age_seconds)
         for attempt in range(1, ANSWERS + 1):
             self.stage, self.answers = ("asking" if attempt == 1 else "retrying"), attempt
+            self._details()
             reply = await self.calls.ask({**prepared.params, "messages": conversation}, f"{task.id}-judge", attempt,
                                          route, f"{task.id}: judge")
             self.calls.account(reply, model)
@@ -123,6 +127,17 @@ class JudgeWorkflow:
         t.cache_read_tokens = u.cache_read_tokens
         return t
 
+    def _details(self, outcome: str = "") -> None:
+        u = self.calls.usage
+        lines = [self._title, "", f"- stage: {self.stage}" + (f" (answer {self.answers})" if self.answers else ""),
+                 f"- Claude: {u.requests} request(s), tokens in {u.input_tokens} out {u.output_tokens}, "
+                 f"est. ${u.cost_usd:.4f}"]
+        if self.problem:
+            lines.append(f"- off the schema: {self.problem[:200]}")
+        if outcome:
+            lines.append(f"- {outcome[:300]}")
+        workflow.set_current_details("\n".join(lines))
+
     def _done(self, review: Any = None, error: str = "", cache_hit: bool = False) -> JudgeOutcome:
         tally = self._tally()
         if review is not None:
@@ -130,4 +145,6 @@ class JudgeWorkflow:
             tally.revised += review.verdict == VERDICT_REVISE
             tally.rejected += review.verdict == VERDICT_REJECT
         self.stage = "done"
+        self._details(f"verdict: {review.verdict}" + (" (from the result cache)" if cache_hit else "")
+                      if review is not None else f"no verdict: {error}")
         return JudgeOutcome(review=review, error=error, source=JUDGE_BY_CLAUDE, cache_hit=cache_hit, tally=tally)

@@ -92,8 +92,9 @@ async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolic
         start = result.commit  # the revise round builds on what the judge reviewed
     for name in SUMMED:
         setattr(result, name, getattr(spent, name))
-    return with_judging(result, total, verdict, by_claude=not task.judge_run.strip()) if total.calls or \
-        total.cache_hits else result
+    if not (total.calls or total.cache_hits):
+        return result  # never judged (its first round failed)
+    return with_judging(result, total, verdict, by_claude=not task.judge_run.strip())
 
 
 def _add_time(spent: TaskResult, result: TaskResult) -> None:
