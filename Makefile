@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test worker bench bench-quick histories lint clean
+.PHONY: install demo test worker bench bench-quick histories lint docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,8 +54,13 @@ bench-quick: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --select F,E9 .
 
+# The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or anchor fails.
+# NO_MKDOCS_2_WARNING silences the theme's end-of-life banner, which is not a build warning.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 histories: $(STAMP)
 	TASKFLEET_RECORD_HISTORIES=1 $(PY) -m pytest -k 'not replay'
 
 clean:
-	rm -rf $(VENV) .taskfleet .pytest_cache
+	rm -rf $(VENV) .taskfleet .pytest_cache site

@@ -1,5 +1,6 @@
-"""Issue 11 item 3: the README's plugin snippet, pasted into a user's module beside their own
-sandboxed workflow (`from taskfleet import TaskfleetPlugin` at the top), validates and runs both."""
+"""Issue 11 item 3: the docs' plugin snippet (docs/deployment.md), pasted into a user's module beside
+their own sandboxed workflow (`from taskfleet import TaskfleetPlugin` at the top), validates and runs
+both."""
 
 from __future__ import annotations
 
@@ -38,18 +39,19 @@ USER_CODE = textwrap.dedent('''
 ''')
 
 
-def readme_plugin_snippet() -> str:
-    """The README's python block that uses `TaskfleetPlugin`."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def docs_plugin_snippet() -> str:
+    """The python block that uses `TaskfleetPlugin`: one in the README and the docs pages together."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    blocks = [b for page in pages for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
     snippets = [b for b in blocks if "TaskfleetPlugin()" in b]
-    assert len(snippets) == 1, "the README should have exactly one plugin snippet"
+    assert len(snippets) == 1, "the docs should have exactly one plugin snippet (docs/deployment.md)"
     return snippets[0]
 
 
 def user_module(address: str, task_queue: str) -> str:
     """The snippet with the user's definitions pasted in before `main`, pointed at the test's server."""
-    snippet = readme_plugin_snippet()
-    assert "await" not in snippet.split("async def main")[0], "no top-level await in the README snippet"
+    snippet = docs_plugin_snippet()
+    assert "await" not in snippet.split("async def main")[0], "no top-level await in the snippet"
     head, main = snippet.split("async def main", 1)
     code = head + USER_CODE + "async def main" + main
     return code.replace('"localhost:7233"', f'"{address}"').replace('task_queue="taskfleet"', f'task_queue="{task_queue}"')
