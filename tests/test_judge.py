@@ -18,6 +18,7 @@ from taskfleet.core.models.orchestrator import OrchestratorProgress, Orchestrato
 from taskfleet.llm_standin import StandIn
 from tests.conftest import GitRemoteFixture, eventually, git, save_history
 from tests.llm_support import standin_env
+from tests.user_cli import taskfleet
 
 EDITS_1 = [{"path": "calc.txt", "old_text": "", "new_text": "answer = 42\n"}]
 EDITS_2 = [{"path": "calc.txt", "old_text": "", "new_text": "answer = compute()\n"}]
@@ -253,7 +254,7 @@ async def test_a_second_run_of_the_same_board_makes_no_judge_call(client, make_w
 
 
 async def test_progress_shows_each_tasks_stage_and_last_verdict(client, make_worker, task_queue, git_remote, standin,
-                                                                tmp_path):
+                                                                tmp_path, server_address):
     gate = tmp_path / "go"
     verify = f'while [ ! -f "{gate}" ]; do sleep 0.05; done'  # the task's own command waits for the test
     board = command_board([{"id": "V", "run": "echo v > out.txt", "verify": verify}], judge="anthropic",
@@ -271,6 +272,8 @@ async def test_progress_shows_each_tasks_stage_and_last_verdict(client, make_wor
         await eventually(lambda: at("verifying"))
         gate.write_text("go")
         await eventually(lambda: at("judging"))
+        shown = await taskfleet(server_address, "status", handle.id, cwd=tmp_path)
+        assert shown.returncode == 0 and "V" in shown.stdout and "judging" in shown.stdout, shown
         await handle.signal("task_stage", "not a stage")
         await handle.signal("task_stage", {"task_id": "V", "stage": "dancing"})
         refused = await eventually(lambda: _refused(handle, 2))
