@@ -292,3 +292,19 @@ async def _refused(handle, count: int) -> list[str]:
     progress = await handle.query("progress", result_type=OrchestratorProgress)
     assert len(progress.rejected) == count, progress.rejected
     return progress.rejected
+
+
+async def test_the_judge_comes_before_a_merge_too(client, make_worker, task_queue, git_remote):
+    """land = "merge": an approved change is merged into the base; a rejected one never reaches it."""
+    before = git_remote.remote_ref("main")
+    board = command_board([
+        {"id": "M1", "run": "echo merged > m1.txt", "verify": "true", "judge_run": "echo fine"},
+        {"id": "M2", "run": "echo nope > m2.txt", "verify": "true", "judge_run": "echo 'out of scope'; exit 1"},
+    ], land="merge")
+    async with make_worker():
+        result = await run(client, task_queue, git_remote, board)
+    tasks = by_id(result)
+    assert tasks["M1"].landed and not tasks["M2"].landed and tasks["M2"].verdict == "reject"
+    main = git_remote.remote_ref("main")
+    assert main != before and git(git_remote.remote, "show", f"{main}:m1.txt") == "merged"
+    assert "m2.txt" not in git(git_remote.remote, "ls-tree", "--name-only", main)
