@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/result_cache.py
 	$(PY) benchmarks/cancel.py
 	$(PY) benchmarks/llm_batching.py
+	$(PY) benchmarks/judge.py
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/lock.py
 	$(PY) benchmarks/merge_queue.py
@@ -41,6 +42,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/cancel.py --quick
 	$(PY) benchmarks/dispatch.py --quick
 	$(PY) benchmarks/git_batching.py --quick
+	$(PY) benchmarks/judge.py --quick
 	$(PY) benchmarks/lessons.py --quick
 	$(PY) benchmarks/llm_batching.py --quick
 	$(PY) benchmarks/lock.py --quick

@@ -9,7 +9,6 @@ the SDK); nothing secret enters a payload, a log line or an error message.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import os
 import time
 from datetime import datetime, timedelta
@@ -18,7 +17,6 @@ from typing import Any
 
 import anthropic
 from git import Repo
-from git.exc import GitCommandError
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
@@ -27,6 +25,7 @@ from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, no_det
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.support.queue_entry import base_commit_of
+from taskfleet.activities.support.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
@@ -211,40 +210,12 @@ class LLMActivities:
         repo = Repo(params.repo)
         try:
             # A re-run after the merge queue sent the change back starts from the tip it was judged on.
-            commit = params.queue.start_commit if params.queue is not None else ""
-            refs = [] if commit else [f"refs/heads/{params.base}", f"refs/remotes/{params.remote}/{params.base}"]
-            for ref in refs:
-                try:
-                    commit = repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
-                    break
-                except GitCommandError:
-                    continue
-            if not commit:
-                raise ApplicationError(f"task {task.id}: base branch {params.base} does not exist in {params.repo}",
-                                       type="BadTaskSetup", non_retryable=True)
+            queued = params.queue.start_commit if params.queue is not None else ""
+            commit = queued or base_commit(repo, params.base, params.remote)
             tree = repo.git.rev_parse(f"{commit}^{{tree}}")
-            if not task.context:
-                return commit, tree, []
-            names = repo.git.ls_tree("-r", "--name-only", "-z", commit).split("\0")
-            chosen: list[str] = []
-            for glob in task.context:
-                matched = [n for n in names if n and fnmatch.fnmatchcase(n, glob)]
-                if not matched:
-                    raise ApplicationError(f"task {task.id}: context glob {glob!r} matches no file at {params.base}",
-                                           type="BadTaskSetup", non_retryable=True)
-                chosen.extend(n for n in matched if n not in chosen)
-            sizes = {n: int(repo.git.cat_file("-s", f"{commit}:{n}")) for n in chosen}
-            total = sum(sizes.values())
-            if total > self.llm.context_max_bytes:
-                largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
-                raise ApplicationError(
-                    f"task {task.id}: context files total {total} bytes, over the cap of {self.llm.context_max_bytes}"
-                    f" (TASKFLEET_LLM_CONTEXT_MAX_BYTES); largest: "
-                    + ", ".join(f"{n} ({s} bytes)" for n, s in largest),
-                    type="BadTaskSetup", non_retryable=True,
-                )
-            files = [(n, repo.git.show(f"{commit}:{n}", strip_newline_in_stdout=False)) for n in chosen]
-            return commit, tree, files
+            return commit, tree, context_files(repo, commit, task.context, self.llm.context_max_bytes, params.base)
+        except RepoReadError as err:
+            raise ApplicationError(f"task {task.id}: {err}", type="BadTaskSetup", non_retryable=True) from None
         finally:
             repo.close()
 
@@ -379,10 +350,13 @@ class LLMActivities:
             )
         except OpFailed as err:
             raise ApplicationError(str(err), type="BadTaskSetup", non_retryable=True) from None
+        if resumed == params.reviewed_commit:
+            resumed = ""  # the judge asked for another attempt: that commit is the last one's
         if resumed:
             # A retry after a crash: this run already committed the task; only landing is left.
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
-            await self.tasks._land(task_input, result)
+            if not task_input.hold_landing:
+                await self.tasks._land(task_input, result)
             return result
         try:
             worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
@@ -422,6 +396,8 @@ class LLMActivities:
             result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope, task_input.run_key,
                                                     params.summary)
             result.status, result.cache_hit = TASK_SUCCEEDED, params.from_cache
+            if task_input.hold_landing:
+                return result  # its judge decides; the edits are kept (and the commit lands) once approved
             if params.cache_key and not params.from_cache:
                 self.results.put(f"llm:{params.cache_key}", {"edits": params.edits, "summary": params.summary})
             await self.tasks._land(task_input, result)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -54,11 +56,15 @@ from taskfleet.core.models.orchestrator import (
     TaskInput,
     TaskResult,
 )
+from taskfleet.core.models.judge import LandInput
+from taskfleet.core.models.review import STAGE_VERIFYING, TaskStage
 from taskfleet.core.names import (
     ACTIVITY_CLAIM_BRANCHES,
+    ACTIVITY_LAND_TASK,
     ACTIVITY_RUN_TASK,
     GIT_BATCH_WORKFLOW,
     SIGNAL_ENQUEUE,
+    SIGNAL_TASK_STAGE,
 )
 from taskfleet.core.settings import TaskfleetSettings
 
@@ -175,7 +181,8 @@ class TaskActivities:
         self.refuse_state_dir_inside(task.id, params.repo)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         try:
-            base_commit = base_commit_of(params)
+            # A judge's revise round starts from the commit the judge reviewed.
+            base_commit = params.start_commit or base_commit_of(params)
             # Only a retry can find its own commit: attempt 1 of a run's task has made none yet.
             resumed = "" if info.attempt == 1 else await self.worktrees.resumable(
                 params.repo, task.branch, base_commit, task.id, params.run_key
@@ -185,7 +192,8 @@ class TaskActivities:
         if resumed:
             # A retry after a crash: this run already committed the task; only landing is left.
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
-            await self._land(params, result)
+            if not params.hold_landing:
+                await self._land(params, result)
             result.seconds = time.monotonic() - started
             return result
         try:
@@ -209,17 +217,19 @@ class TaskActivities:
         task = params.task
         prompt_file, prompt = await self._write_prompt(params, log_path)
         result.prompt_hash = cache_key(prompt=prompt)[:16]
-        key = cache_key(
-            activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
-            base_tree=await self._tree_of(params.repo, worktree.base_commit),
-        )
+        parts = dict(activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
+                     base_tree=await self._tree_of(params.repo, worktree.base_commit))
+        if params.review is not None:  # a revise round: the same review of the same tree, the same work
+            parts["review"] = asdict(params.review)
+        key = cache_key(**parts)
         cached = None if task.refresh else self.results.get(key)
         commit = await self._from_cache(cached, worktree, params) if cached is not None else ""
         if commit:
             for name in ("exec_exit_code", "verify_exit_code", "exec_seconds", "verify_seconds", "output_tail"):
                 setattr(result, name, cached.get(name))
             result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, commit, True
-            await self._land(params, result)
+            if not params.hold_landing:
+                await self._land(params, result)
             return
 
         if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result):
@@ -235,7 +245,8 @@ class TaskActivities:
             "verify_exit_code": result.verify_exit_code, "exec_seconds": result.exec_seconds,
             "verify_seconds": result.verify_seconds, "output_tail": result.output_tail,
         })
-        await self._land(params, result)
+        if not params.hold_landing:  # a judged task lands once its judge approves
+            await self._land(params, result)
 
     async def _tree_of(self, repo: str, commit: str) -> str:
         """A commit's tree id; a commit never changes its tree, so each is asked of git once."""
@@ -293,6 +304,8 @@ class TaskActivities:
         }
         if len(prompt.encode()) > PROMPT_IN_ENV_BYTES:
             del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
+        if params.review is not None:
+            env["TASKFLEET_REVIEW_FILE"] = str(await asyncio.to_thread(_write_review, params, log_path))
         token = self.executors.new_token()
         env[TOKEN_VARIABLE] = token
         no_detached_git_maintenance(env)
@@ -307,6 +320,8 @@ class TaskActivities:
                 if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                     result.output_tail = tail(log)
                     return False
+                if params.report_stages:
+                    await report_stage(params, STAGE_VERIFYING)
                 verified = await run_command(
                     task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
                 )
@@ -340,6 +355,15 @@ class TaskActivities:
         # Creating a file can wait on the disk for a millisecond: not on the event loop.
         await asyncio.to_thread(_write_new_file, prompt_file, prompt)
         return prompt_file, prompt
+
+    @activity.defn(name=ACTIVITY_LAND_TASK)
+    async def land_task(self, params: LandInput) -> str:
+        """A judged task's commit, once its judge approved: the landing op (its id is returned)."""
+        if params.edits_cache_key and params.edits is not None:
+            self.results.put(f"llm:{params.edits_cache_key}", {"edits": params.edits, "summary": params.summary})
+        result = TaskResult(id=params.task_input.task.id, status=TASK_SUCCEEDED, commit=params.commit)
+        await self._land(params.task_input, result)
+        return result.landing_op_id
 
     async def _land(self, params: TaskInput, result: TaskResult) -> None:
         """Hand the branch to the clone's GitBatchWorkflow (or the target's merge queue); it tells
@@ -402,6 +426,23 @@ def needs_a_person(err: Exception) -> ApplicationError | None:
             type="BadTaskSetup", non_retryable=True,
         )
     return None
+
+
+async def report_stage(params: TaskInput, stage: str) -> None:
+    """Tell the orchestrator a task moved on (shown by `progress`); never the task's failure."""
+    try:
+        await activity.client().get_workflow_handle(params.reply_to).signal(
+            SIGNAL_TASK_STAGE, TaskStage(task_id=params.task.id, stage=stage))
+    except Exception as err:  # noqa: BLE001 - a stage is for people watching; the task goes on
+        activity.logger.warning("could not report stage %s of %s: %s", stage, params.task.id, err)
+
+
+def _write_review(params: TaskInput, log_path: Path) -> Path:
+    """The judge's review for a revise round, beside the log (outside the worktree: never committed)."""
+    path = log_path.parent / f"{log_path.stem}.review.json"
+    review = {**asdict(params.review), "commit": params.start_commit, "attempt": params.attempt - 1}
+    path.write_text(json.dumps(review, indent=2) + "\n")
+    return path
 
 
 def _write_new_file(path: Path, text: str) -> None:

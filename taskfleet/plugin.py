@@ -23,9 +23,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from taskfleet.activities.board_store import BoardStoreActivities
 from taskfleet.activities.git_push import GitPushActivities
+from taskfleet.activities.judge import JudgeActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
 from taskfleet.activities.merge_queue import MergeQueueActivities
+from taskfleet.activities.plan import PlanActivities
 from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
@@ -35,17 +37,19 @@ from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
+from taskfleet.workflows.judge import JudgeWorkflow
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
 from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
 from taskfleet.workflows.llm_task import LLMTaskWorkflow
 from taskfleet.workflows.merge_queue import MergeQueueWorkflow
 from taskfleet.workflows.orchestrator import OrchestratorWorkflow
+from taskfleet.workflows.planner import PlannerWorkflow
 
 log = logging.getLogger("taskfleet.plugin")
 
 WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
-                         LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow]
+                         LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow, PlannerWorkflow, JudgeWorkflow]
 # How often a worker drops the worktree registrations of dead workers (their presence lease expired).
 SWEEP_SECONDS = 10.0
 
@@ -70,7 +74,10 @@ class WorkerServices:
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
-        self.llm = LLMActivities(settings, LLMSettings(), self.lessons, self.templates, self.result_cache, self.tasks)
+        llm = LLMSettings()
+        self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
+        self.plans = PlanActivities(llm, self.lessons, self.templates)
+        self.judges = JudgeActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
         self.merge_queue = MergeQueueActivities(settings, self.tasks)
@@ -83,8 +90,11 @@ class WorkerServices:
             self.lesson_activities.record_lesson,
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
+            self.tasks.land_task,
             self.tasks.claim_branches,
             *self.llm.activities(),
+            self.plans.prepare,
+            *self.judges.activities(),
             self.boards.store_board,
             self.boards.load_board_page,
             self.boards.record_outcomes,

@@ -14,16 +14,17 @@ TASKFLEET = str(SCRIPTS / "taskfleet")
 
 async def taskfleet(
     address: str, *args: str, cwd: Path, task_queue: str | None = None, timeout: float = 120,
-    namespace: str | None = None,
+    namespace: str | None = None, env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """`taskfleet --address A [--task-queue Q] args...` run to completion without blocking the loop."""
+    """`taskfleet --address A [--task-queue Q] args...` run to completion without blocking the loop
+    (`env`: the whole environment it gets, else this process's)."""
     cmd = [TASKFLEET, "--address", address]
     cmd += ["--task-queue", task_queue] if task_queue else []
     cmd += ["--namespace", namespace] if namespace else []
     cmd += list(args)
     proc = await asyncio.create_subprocess_exec(
         *cmd, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL, env=env,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     return subprocess.CompletedProcess(cmd, proc.returncode, out.decode(), err.decode())

@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.orchestrator import OrchestratorState, TaskInput, TaskOutcome, TaskResult
     from taskfleet.core.names import LLM_TASK_WORKFLOW
 
-__all__ = ["ANTHROPIC", "add_llm_usage", "run_llm_task"]
+__all__ = ["ANTHROPIC", "add_judge_usage", "add_llm_usage", "run_llm_task"]
 
 
 async def run_llm_task(task_input: TaskInput, summary: str) -> TaskResult:
@@ -47,3 +47,24 @@ def add_llm_usage(state: OrchestratorState, outcome: TaskOutcome, result: TaskRe
     stats.llm_output_tokens += result.llm_output_tokens
     stats.llm_cache_read_tokens += result.llm_cache_read_tokens
     stats.llm_cost_usd = round(stats.llm_cost_usd + result.llm_cost_usd, 6)
+
+
+def add_judge_usage(state: OrchestratorState, outcome: TaskOutcome, result: TaskResult) -> None:
+    """A judged task's verdict on its outcome, its judging in the run's `judge_*` figures."""
+    outcome.verdict = result.verdict
+    tally = result.judge
+    if tally is None:
+        return
+    stats = state.stats
+    new_batches = [b for b in tally.batch_ids if b not in state.judge_batch_ids]
+    state.judge_batch_ids.extend(new_batches)
+    stats.judge_calls += tally.calls
+    stats.judge_api_calls += tally.direct_calls + len(new_batches)
+    stats.judge_cache_hits += tally.cache_hits
+    stats.judge_approved += tally.approved
+    stats.judge_revised += tally.revised
+    stats.judge_rejected += tally.rejected
+    stats.judge_invalid += tally.invalid
+    stats.judge_input_tokens += tally.input_tokens
+    stats.judge_output_tokens += tally.output_tokens
+    stats.judge_cost_usd = round(stats.judge_cost_usd + tally.cost_usd, 6)

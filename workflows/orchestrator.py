@@ -89,11 +89,16 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_FLUSH,
         SIGNAL_GIT_OPS_LANDED,
         SIGNAL_QUEUE_OUTCOMES,
+        SIGNAL_TASK_STAGE,
     )
+    from taskfleet.core.judge_board_keys import has_judge
+    from taskfleet.core.models.review import STAGE_IMPLEMENTING, STAGE_LANDING
     from taskfleet.core.store_refs import run_ref
+    from taskfleet.core.task_stage import InvalidStage, describe_refused, parse_task_stage
 
 from taskfleet.workflows.activity_names import activity_name
-from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_llm_usage, run_llm_task
+from taskfleet.workflows.judged_task import run_judged_task
+from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_judge_usage, add_llm_usage, run_llm_task
 from taskfleet.workflows.queue_landing import QueueLandingMixin
 
 TASK_RETRY = RetryPolicy(
@@ -117,6 +122,7 @@ RECENT_PUSHES = 64  # landed batch ids a paged run remembers (to count a push on
 QUEUE_QUIET_SECONDS = 1800.0  # land = "queue": the least time without news before landing times out
 PREFETCH_BELOW = 200  # tasks left to start from the loaded pages when the next page is asked for
 GROUP_MAX_BYTES = 96 * 1024  # of task specs in one group's input
+RECENT_REFUSED = 10  # refused `task_stage` signals `progress` lists
 
 
 def landed_commit(outcome: OpOutcome) -> str:
@@ -181,6 +187,10 @@ class OrchestratorWorkflow(QueueLandingMixin):
         self._loader: Optional[asyncio.Task] = None  # the next page, being loaded
         self._recent: deque[TaskProgress] = deque(maxlen=RECENT_FINISHED)
         self._started_here = 0  # tasks this run started: a run starts some before it may continue as new
+        # Running tasks' stages (implementing, verifying, judging), from the task's own steps; not
+        # carried across continue-as-new (a running task reports its next stage again).
+        self._stages: dict[str, str] = {}
+        self._refused: deque[str] = deque(maxlen=RECENT_REFUSED)
         if self.s.paging is not None:
             self._tally = self.s.paging.counts
             self._rows = dict(self.s.paging.awaiting_rows)
@@ -532,7 +542,8 @@ class OrchestratorWorkflow(QueueLandingMixin):
         if self.s.stats.runs == 1 and len(self._mine) <= RESULT_MAX_TASKS:
             self._mine.append((outcome, row))
         self._unrecorded_bytes += 200 + len(outcome.id) + len(outcome.reason) + len(outcome.log_path) + len(outcome.commit)
-        self._recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed, outcome.reason))
+        self._recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed, outcome.reason,
+                                         verdict=outcome.verdict))
         if len(self._unrecorded) >= RECORD_BATCH_OUTCOMES or self._unrecorded_bytes >= RECORD_BATCH_BYTES:
             self._start_recorder()
 
@@ -653,8 +664,13 @@ class OrchestratorWorkflow(QueueLandingMixin):
         self._set_status(outcome, TASK_RUNNING)
         try:
             task_input = self._task_input(task)
+            self._stages[task.id] = STAGE_IMPLEMENTING
             if task.implementer == ANTHROPIC:  # the built-in Claude implementer runs as a child workflow
                 result = await run_llm_task(task_input, _summary(task))
+            elif has_judge(task):  # rounds of run_task and the judge, then landing
+                result = await run_judged_task(task_input, _summary(task), TASK_RETRY,
+                                               self.params.heartbeat_timeout_seconds,
+                                               lambda stage, verdict: self._on_stage(task.id, stage, verdict))
             else:
                 result = await workflow.execute_activity(
                     activity_name(ACTIVITY_RUN_TASK),
@@ -678,8 +694,44 @@ class OrchestratorWorkflow(QueueLandingMixin):
             self._apply_result(task, outcome, result)
         finally:
             self._running.pop(task.id, None)
+            self._stages.pop(task.id, None)
             self._after_task(task.id)
             self._refresh_details()
+
+    def _on_stage(self, task_id: str, stage: str, verdict: str = "") -> None:
+        """A running task moved on (its own steps said so); its last verdict goes on its outcome."""
+        if task_id not in self._running:
+            return
+        self._stages[task_id] = stage
+        outcome = self.s.outcomes.get(task_id)
+        if outcome is not None and verdict:
+            outcome.verdict = verdict
+        self._refresh_details()
+
+    @workflow.signal(name=SIGNAL_TASK_STAGE)
+    def task_stage(self, *args: object) -> None:
+        """From a task's activity or child workflow. Takes any input and never raises: a bad one
+        is listed under `rejected` in `progress`; a stage of a task not running is dropped."""
+        try:
+            stage = parse_task_stage(args)
+        except InvalidStage as err:
+            self._refused.append(describe_refused(args, str(err)))
+            workflow.logger.warning("refused a task_stage signal: %s", err)
+            return
+        except Exception as err:  # noqa: BLE001 - an escaping exception would wedge the workflow
+            self._refused.append(describe_refused((), f"unreadable ({type(err).__name__})"))
+            return
+        self._on_stage(stage.task_id, stage.stage, stage.verdict)
+
+    def _stage_of(self, task_id: str, status: str) -> str:
+        if task_id in self._running:
+            return self._stages.get(task_id, STAGE_IMPLEMENTING)
+        if status == TASK_SUCCEEDED and task_id in self.s.awaiting_landing.values():
+            return STAGE_LANDING
+        return ""
+
+    def _progress_of(self, t: TaskOutcome) -> TaskProgress:
+        return TaskProgress(t.id, t.status, t.landed, t.reason, self._stage_of(t.id, t.status), t.verdict)
 
     def _apply_result(self, task: TaskSpec, outcome: TaskOutcome, result: TaskResult) -> None:
         self._set_status(outcome, result.status)
@@ -691,6 +743,7 @@ class OrchestratorWorkflow(QueueLandingMixin):
         stats.setup_seconds += result.setup_seconds
         stats.wait_seconds += result.wait_seconds
         add_llm_usage(self.s, outcome, result)
+        add_judge_usage(self.s, outcome, result)
         if result.status == TASK_SUCCEEDED:
             self.s.stats.cache_hits += int(result.cache_hit)
             self.s.stats.cache_misses += int(not result.cache_hit and not result.resumed)
@@ -899,29 +952,34 @@ class OrchestratorWorkflow(QueueLandingMixin):
             return OrchestratorProgress(
                 counts=self._counts(),
                 running=list(self._running),
-                tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in self.s.outcomes.values()]
-                + list(self._recent),
+                tasks=[self._progress_of(t) for t in self.s.outcomes.values()] + list(self._recent),
                 pushes=self._pushes(),
                 run_ref=p.run_ref,
                 repo=self.params.repo,
                 total=p.board.open_tasks,
                 failed_ids=list(p.failed_ids),
+                rejected=list(self._refused),
             )
         return OrchestratorProgress(
             counts=self._counts(),
             running=list(self._running),
-            tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in self.s.outcomes.values()],
+            tasks=[self._progress_of(t) for t in self.s.outcomes.values()],
             pushes=len(self.s.landed_batches),
+            rejected=list(self._refused),
         )
 
     def _refresh_details(self) -> None:
         c = self._counts()
-        running = list(self._running)
+        running = [f"{t} ({self._stages[t]})" if t in self._stages else t for t in list(self._running)[:10]]
+        st = self.s.stats
+        judged = st.judge_approved + st.judge_revised + st.judge_rejected
         workflow.set_current_details(
             f"**{self.params.board.name}** on `{self.params.repo}`\n\n"
             f"- pending {c[TASK_PENDING]}, running {c[TASK_RUNNING]} (max {self.max_parallel})\n"
             f"- succeeded {c[TASK_SUCCEEDED]}, failed {c[TASK_FAILED]}, cancelled {c[TASK_CANCELLED]}\n"
             f"- landed {c['landed']} in {self._pushes()} push(es)\n"
-            + (f"- running: {', '.join(running[:10])}\n" if running else "")
+            + (f"- running: {', '.join(running)}\n" if running else "")
             + (self._queue_details() if self._queued else "")
+            + (f"- judge: approve {st.judge_approved}, revise {st.judge_revised}, reject {st.judge_rejected}\n"
+               if judged else "")
         )

@@ -161,9 +161,11 @@ def _runnable(program: str, cwd: Path, env: dict[str, str]) -> bool:
     return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
 
 
-def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO) -> subprocess.Popen:
+def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, stdin: BinaryIO | None = None,
+           stdout: BinaryIO | None = None) -> subprocess.Popen:
     options = dict(
-        cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        cwd=str(cwd), env=env, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+        stdout=stdout if stdout is not None else log, stderr=log if stdout is not None else subprocess.STDOUT,
         start_new_session=True,
     )
     argv = direct_argv(command)
@@ -192,15 +194,19 @@ async def run_command(
     label: str,
     heartbeat_every: float = 1.0,
     on_start: Callable[[int], None] | None = None,
+    stdin: BinaryIO | None = None,
+    stdout: BinaryIO | None = None,
 ) -> CommandResult:
     """Run `command` to completion or timeout, its output appended to `log` (opened `a+b` by the caller).
 
     `on_start(pid)` hears the new process group's id (the leader's pid), e.g. to record it on disk.
+    `stdin` (a file to read) is its input, else nothing; with `stdout` its standard output goes
+    there and only its standard error to `log` (a judge's stdout is its verdict's reasons).
     """
     started = time.monotonic()
     log.write(f"\n$ ({label}) {command}\n".encode())
     log.flush()
-    proc = _start(command, cwd, env, log)
+    proc = _start(command, cwd, env, log, stdin, stdout)
     try:
         if on_start is not None:
             on_start(proc.pid)

@@ -38,6 +38,8 @@ async def render_task_prompt(templates: TemplateCache, lessons: LessonsIndex, pa
         # A re-run after the merge queue sent the task's change back: which one, and why.
         "queue": {"attempt": landing.attempt if landing else 0, "feedback": landing.feedback if landing else "",
                   "target": landing.target if landing else ""},
+        # A command task's revise round: the judge's review of the commit it starts from.
+        "review": {**asdict(params.review), "commit": params.start_commit} if params.review else None,
     }
     try:
         return (await templates.render_with_limit(task.template, context)).text

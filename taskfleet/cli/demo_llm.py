@@ -1,7 +1,8 @@
 """`taskfleet demo --llm`: which Claude the demo talks to, said plainly.
 
-With `ANTHROPIC_API_KEY` set, the real API (and real cost: three requests in one Message Batch).
-Without it, the bundled offline stand-in on 127.0.0.1 answers with the canned edits of
+With `ANTHROPIC_API_KEY` set, the real API (and real cost: three implementer requests in one Message
+Batch, three judge requests in another, and whatever rounds the judge asks for). Without it, the
+bundled offline stand-in on 127.0.0.1 answers with the canned edits and reviews of
 `examples/llm-board.answers.toml`, through the same SDK calls; no model is involved.
 """
 
@@ -12,7 +13,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from taskfleet.llm_standin import StandIn, default_behavior
 
@@ -22,14 +22,22 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-def canned_answers(path: Path) -> Any:
+def _answer(data: dict) -> dict:
+    return {"summary": data.get("summary", ""), "edits": data.get("edits", [])}
+
+
+def canned_standin(path: Path) -> StandIn:
+    """The stand-in scripted from an answers file: per task its first answer, its answer after the
+    judge sent it back (`revised`), and the judge's answers in order (`reviews`)."""
     answers = tomllib.loads(path.read_text())
+    script = {task: [_answer(a)] + ([_answer(a["revised"])] if "revised" in a else []) for task, a in answers.items()}
+    reviews = {task: list(a.get("reviews", [])) for task, a in answers.items()}
 
     def behave(task_id: str, params: dict) -> dict:
         answer = answers.get(task_id)
-        return dict(answer) if answer else default_behavior(task_id, params)
+        return _answer(answer.get("revised", answer)) if answer else default_behavior(task_id, params)
 
-    return behave
+    return StandIn(script=script, reviews=reviews, default=behave, batch_polls=1)
 
 
 @contextmanager
@@ -39,7 +47,7 @@ def llm_backend(answers: Path) -> Iterator[str]:
         where = os.environ.get("ANTHROPIC_BASE_URL") or "the Anthropic API"
         yield f"Claude: ANTHROPIC_API_KEY is set, so the demo calls {where} (this costs money)."
         return
-    standin = StandIn(default=canned_answers(answers), batch_polls=1).start()
+    standin = canned_standin(answers).start()
     saved = {k: os.environ.get(k) for k in standin.env()}
     os.environ.update(standin.env())
     try:
@@ -52,6 +60,7 @@ def llm_backend(answers: Path) -> Iterator[str]:
             else:
                 os.environ[key] = value
         calls = standin.calls
-        print(f"stand-in API calls: {calls['batches.create']} batch create(s) for {len(standin.requests)} request(s), "
-              f"{calls['messages.create']} direct call(s)")
+        judged = len(standin.requests_for("submit_review"))
+        print(f"stand-in API calls: {calls['batches.create']} batch create(s) for {len(standin.requests)} request(s) "
+              f"({len(standin.requests) - judged} implementer, {judged} judge), {calls['messages.create']} direct call(s)")
         standin.stop()

@@ -46,7 +46,8 @@ def progress_line(p: OrchestratorProgress, total: int, width: int = 30) -> str:
 
 def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
     """One row per task; a reason longer than the column is cut there and given in full below."""
-    rows = [("task", "status", "landed", "seconds", "commit", "reason")]
+    judged = any(t.verdict for t in result.tasks)
+    rows = [("task", "status", "landed", "seconds", "commit", *(("verdict",) if judged else ()), "reason")]
     long_reasons: list[TaskOutcome] = []
     for t in result.tasks:
         reason = " ".join(t.reason.split())
@@ -54,7 +55,7 @@ def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
             long_reasons.append(t)
             reason = reason[: reason_width - 12] + "... (below)"
         rows.append((t.id, t.status + (" (cached)" if t.cache_hit else ""), "yes" if t.landed else "no",
-                     f"{t.seconds:.2f}", t.commit[:10], reason))
+                     f"{t.seconds:.2f}", t.commit[:10], *((t.verdict or "-",) if judged else ()), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     for t in long_reasons:
@@ -74,6 +75,9 @@ def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
             f"(cache read {s.llm_cache_read_tokens}) out {s.llm_output_tokens}, est. ${s.llm_cost_usd:.4f}"
         )
     lines.extend(queue_line(s))
+    line = judge_line(s)
+    if line:
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -88,6 +92,17 @@ def queue_line(s: OrchestratorStats) -> list[str]:
     ]
 
 
+def judge_line(s: OrchestratorStats) -> str:
+    """The judge's figures of a run, or "" when no task had a judge."""
+    verdicts = s.judge_approved + s.judge_revised + s.judge_rejected
+    if not verdicts and not s.judge_calls and not s.judge_invalid:
+        return ""
+    return (f"Judge: {verdicts} verdict(s) (approve {s.judge_approved}, revise {s.judge_revised}, reject "
+            f"{s.judge_rejected}) from {s.judge_calls} call(s) in {s.judge_api_calls} API call(s), "
+            f"{s.judge_cache_hits} from the cache, {s.judge_invalid} answer(s) off the schema; tokens in "
+            f"{s.judge_input_tokens} out {s.judge_output_tokens}, est. ${s.judge_cost_usd:.4f}")
+
+
 def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
     """The progress a finished run would answer, from its result: no query, so no worker needed."""
     counts = {name: 0 for name in ("pending", "running", "succeeded", "failed", "cancelled", "landed")}
@@ -98,7 +113,8 @@ def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
             counts[t.status] = counts.get(t.status, 0) + 1
             counts["landed"] += t.landed
     return OrchestratorProgress(
-        counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed, t.reason) for t in result.tasks],
+        counts=counts, running=[],
+        tasks=[TaskProgress(t.id, t.status, t.landed, t.reason, verdict=t.verdict) for t in result.tasks],
         pushes=result.stats.pushes, run_ref=result.run_ref, repo=result.repo,
         total=sum(counts[name] for name in ("pending", "running", "succeeded", "failed", "cancelled")),
         failed_ids=list(result.failed_ids),
@@ -130,6 +146,8 @@ def big_run_summary(result: OrchestratorResult, workflow_id: str) -> str:
         f"history runs {s.runs} (largest {s.largest_history_length} events)"
     )
     lines.extend(queue_line(s))
+    if judge_line(s):
+        lines.append(judge_line(s))
     return "\n".join(lines)
 
 
@@ -202,7 +220,8 @@ async def watch(
 
 def _board_overrides(args: argparse.Namespace) -> dict[str, Any]:
     out = {"run": args.run, "verify": args.verify, "base": args.base, "land": args.land,
-           "implementer": getattr(args, "implementer", None), "model": getattr(args, "model", None)}
+           "implementer": getattr(args, "implementer", None), "model": getattr(args, "model", None),
+           "judge": getattr(args, "judge", None), "judge_run": getattr(args, "judge_run", None)}
     if args.max_parallel is not None:  # 0 or less is refused by the board's own check
         out["max_parallel"] = args.max_parallel
     return out
@@ -376,7 +395,8 @@ async def status(args: argparse.Namespace) -> int:
         print(_summary(result, args.workflow_id))
     else:
         for t in p.tasks:
-            print(f"  {t.id:<20} {t.status:<10} {'landed' if t.landed else ''}")
+            print(f"  {t.id:<20} {t.status:<10} {t.stage:<12} {('verdict ' + t.verdict) if t.verdict else '':<16} "
+                  f"{'landed' if t.landed else ''}".rstrip())
     return _status_exit(description.status)
 
 
@@ -429,6 +449,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="push task branches, merge them into base, or land them through base's merge queue")
     run.add_argument("--implementer", choices=["anthropic"], help="markdown board: Claude makes each change")
     run.add_argument("--model", help="Claude model id for implementer anthropic (default: TASKFLEET_MODEL)")
+    run.add_argument("--judge", choices=["anthropic"], help="markdown board: Claude judges each change before it lands")
+    run.add_argument("--judge-run", metavar="CMD", help="markdown board: a judge command (diff on stdin; exit 0 "
+                     "approve, 2 revise, else reject)")
     run.add_argument("--id", help="workflow id (default taskfleet-run-<board>-<random>)")
     run.add_argument("--json", action="store_true", help="print the result object")
     run.add_argument("--no-check", action="store_true",

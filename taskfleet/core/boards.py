@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from taskfleet.core.git_op_validation import branch_name_problem
+from taskfleet.core.judge_board_keys import JUDGE_KEYS, judge_fields_problem
 from taskfleet.core.llm_board_keys import ANTHROPIC, LLM_KEYS, llm_fields_problem
 from taskfleet.core.merge_queue_validation import queue_board_problem
 from taskfleet.core.models.orchestrator import Board, TaskSpec
@@ -26,7 +27,7 @@ MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
 QUEUE_KEYS = ("queue_verify", "queue_target", "queue_max_batch", "queue_max_wait_seconds", "queue_retries")
 LANDINGS = ("push", "merge", "queue")
 BOARD_KEYS = {"name", "base", "max_parallel", "land", "run", "verify", "template", "task_type",
-              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks", *QUEUE_KEYS} | set(LLM_KEYS)
+              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks", *QUEUE_KEYS} | set(LLM_KEYS) | set(JUDGE_KEYS)
 TASK_KEYS = {f.name for f in fields(TaskSpec)} - {"acceptance"}
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -138,7 +139,7 @@ def board_wide(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree",
-               *LLM_KEYS)
+               *LLM_KEYS, *JUDGE_KEYS)
 
 
 def spec_from_row(row: dict[str, Any], allowed: set[str] | frozenset[str], settings: dict[str, Any],
@@ -158,6 +159,11 @@ def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str],
     """Board-wide settings fill every task field the task itself did not set."""
     if spec.implementer == ANTHROPIC and "implementer" in explicit and "run" not in explicit:
         settings = {k: v for k, v in settings.items() if k != "run"}  # the task's own choice wins
+    # A task that picks its own kind of judge drops the board's other kind.
+    if "judge_run" in explicit and "judge" not in explicit:
+        settings = {k: v for k, v in settings.items() if k != "judge"}
+    if "judge" in explicit and "judge_run" not in explicit:
+        settings = {k: v for k, v in settings.items() if k != "judge_run"}
     spec = replace(spec, **{k: settings[k] for k in DEFAULTABLE if k in settings and k not in explicit})
     if not spec.branch:
         spec.branch = f"task/{spec.id}"
@@ -169,7 +175,7 @@ def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str],
             raise BoardError(f"{where}: '{name}' must be true or false")
     if not isinstance(spec.timeout_seconds, (int, float)) or spec.timeout_seconds <= 0:
         raise BoardError(f"{where}: timeout_seconds must be a number > 0")
-    problem = llm_fields_problem(spec)
+    problem = llm_fields_problem(spec) or judge_fields_problem(spec)
     if problem:
         raise BoardError(f"{where}: {problem}")
     return spec
@@ -208,7 +214,7 @@ def validate_board(board: Board, source: str = "board") -> Board:
         if task.branch in (board.base, board.queue_target):
             raise BoardError(f"{source}: task {task.id} works on the branch it lands on, {task.branch}")
         branches[task.branch] = task.id
-        problem = llm_fields_problem(task)
+        problem = llm_fields_problem(task) or judge_fields_problem(task)
         if problem:
             raise BoardError(f"{source}: task {task.id}: {problem}")
         if not task.done:

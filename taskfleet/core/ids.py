@@ -65,3 +65,9 @@ def task_of_landing_op(run_key: str, op_id: str) -> str | None:
     """The task a landing op id of this run names (the inverse of `landing_op_id`)."""
     prefix = f"{run_key}/"
     return op_id[len(prefix) :] if op_id.startswith(prefix) else None
+
+
+def plan_workflow_id(goal: str, unique: str) -> str:
+    """`taskfleet-plan-<head of the goal>-<unique>`: which plan it is, readable in the Web UI."""
+    head = " ".join(goal.split()[:6]).lower()
+    return f"taskfleet-plan-{slug(head, 30)}-{unique}"

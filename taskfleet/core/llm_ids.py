@@ -37,3 +37,8 @@ def llm_custom_id(first_run_id: str, task_id: str, attempt: int, resubmit: int =
     head = re.sub(r"[^a-zA-Z0-9_-]", "_", task_id)[:32]
     tail = f"-a{attempt}" + (f"r{resubmit}" if resubmit else "")
     return f"{head}-{digest}{tail}"
+
+
+def judge_workflow_id(run_id: str, task_id: str, round_: int) -> str:
+    """The child workflow that asks a Claude judge about one task's commit (one per judging round)."""
+    return f"{run_id}/judge/{task_id}/{round_}"

@@ -33,6 +33,9 @@ class LLMSettings:
     # one API call's activity timeout (env TASKFLEET_LLM_API_TIMEOUT_SECONDS)
     api_timeout_seconds: float = field(default_factory=lambda: _env_float("TASKFLEET_LLM_API_TIMEOUT_SECONDS", 120.0))
     sdk_max_retries: int = 2
+    # the part of a task's diff a Claude judge is shown (env TASKFLEET_JUDGE_DIFF_MAX_BYTES); a
+    # judge command always gets the whole diff on stdin
+    judge_diff_max_bytes: int = field(default_factory=lambda: int(_env_float("TASKFLEET_JUDGE_DIFF_MAX_BYTES", 100_000)))
 
     def batch_config(self) -> LLMBatchConfig:
         return LLMBatchConfig(poll_initial_seconds=self.poll_initial_seconds, poll_max_seconds=self.poll_max_seconds,

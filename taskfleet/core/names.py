@@ -14,6 +14,8 @@ LESSONS_QUERY_WORKFLOW = "LessonsQueryWorkflow"
 LLM_BATCH_WORKFLOW = "LLMBatchWorkflow"
 LLM_TASK_WORKFLOW = "LLMTaskWorkflow"
 MERGE_QUEUE_WORKFLOW = "MergeQueueWorkflow"
+PLANNER_WORKFLOW = "PlannerWorkflow"
+JUDGE_WORKFLOW = "JudgeWorkflow"
 
 # --- GitBatchWorkflow messages ------------------------------------------------------------------
 SIGNAL_ENQUEUE = "enqueue"
@@ -41,6 +43,11 @@ SIGNAL_LLM_SUBMIT = "submit"  # to LLMBatchWorkflow: one request to send in the 
 SIGNAL_LLM_FLUSH = "flush"
 SIGNAL_LLM_REPLY = "llm_reply"  # to the LLMTaskWorkflow that submitted: its result
 QUERY_LLM_STATUS = "status"
+
+# --- PlannerWorkflow / JudgeWorkflow (the planner and judge roles) --------------------------------
+QUERY_PLAN_STATUS = "status"
+QUERY_JUDGE_STATUS = "status"
+SIGNAL_TASK_STAGE = "task_stage"  # to OrchestratorWorkflow: a task moved to another stage
 
 # --- LeaseLockWorkflow (one per guarded resource) ---------------------------------------------
 LEASE_LOCK_WORKFLOW = "LeaseLockWorkflow"
@@ -70,6 +77,11 @@ ACTIVITY_QUEUE_BUILD = "taskfleet_queue_build"
 ACTIVITY_QUEUE_VERIFY = "taskfleet_queue_verify"
 ACTIVITY_QUEUE_PUSH = "taskfleet_queue_push"
 ACTIVITY_DEFAULT_BRANCH = "taskfleet_default_branch"
+ACTIVITY_PLAN_PREPARE = "taskfleet_plan_prepare"
+ACTIVITY_JUDGE_PREPARE = "taskfleet_judge_prepare"
+ACTIVITY_JUDGE_COMMAND = "taskfleet_judge_command"
+ACTIVITY_JUDGE_RECORD = "taskfleet_judge_record"
+ACTIVITY_LAND_TASK = "taskfleet_land_task"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
 # (`workflow.patched(PATCH_PREFIXED_ACTIVITIES)` tells which a history used).
@@ -101,3 +113,5 @@ PATCH_LOCAL_RECORD = "taskfleet-local-record"
 # A board that names no `base` lands on the remote's default branch, asked of the clone by the worker
 # (runs started before this took "main").
 PATCH_DEFAULT_BASE = "taskfleet-default-base-from-remote"
+# A Claude task tells the orchestrator when it moves to another stage (signal `task_stage`).
+PATCH_TASK_STAGES = "taskfleet-task-stages"

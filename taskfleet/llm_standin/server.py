@@ -1,12 +1,15 @@
-"""`StandIn`: speaks the Messages and Message Batches wire format on 127.0.0.1, scripted per task.
+"""`StandIn`: speaks the Messages and Message Batches wire format on 127.0.0.1, scripted per role.
 
 Driven through the real `anthropic` client (`ANTHROPIC_BASE_URL` = its url). It answers every
-request with a forced `apply_edits` tool call whose edits come from a script (per task id, in
-request order) or a default behaviour, and counts every API call it serves.
+request with a call of the tool the request forces (`tool_choice`): `apply_edits` (the implementer),
+`submit_review` (the judge) or `submit_board` (the planner). Answers come from a script (per task id
+and in request order for the implementer and the judge, in request order for the planner) or a
+default behaviour, and it counts every API call it serves.
 
-A behaviour is a dict: `edits` (list of {path, old_text, new_text}), `summary`, and optionally
-`result` ("succeeded", "errored", "expired", "canceled") with `error` (the API's message), or
-`no_tool: true` for a reply without the tool call.
+A behaviour is a dict. `apply_edits`: `edits` (list of {path, old_text, new_text}) and `summary`.
+`submit_review`: `verdict`, `reasons`, `comments`. `submit_board`: `board` ({name, tasks}). Any of
+them: `input` (the tool's input exactly, to send a malformed answer), `no_tool: true` for a reply
+without the tool call, or `result` ("succeeded", "errored", "expired", "canceled") with `error`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 TASK_ID = re.compile(r"Task id: (\S+)")
+GOAL = re.compile(r"Goal: (.+)")
+MAX_TASKS = re.compile(r"at most (\d+) tasks")
+EDITS, REVIEW, BOARD = "apply_edits", "submit_review", "submit_board"
 FAKE_API_KEY = "standin-not-a-real-key"
 Behavior = dict[str, Any]
 
@@ -33,6 +39,29 @@ def default_behavior(task_id: str, params: dict) -> Behavior:
     """Create `llm/<task id>.txt` holding the task id: enough for a `test -f` verification."""
     return {"edits": [{"path": f"llm/{task_id}.txt", "old_text": "", "new_text": f"{task_id}\n"}],
             "summary": f"wrote llm/{task_id}.txt"}
+
+
+def default_review(task_id: str, params: dict) -> Behavior:
+    """Approve: the stand-in reads no diff."""
+    return {"verdict": "approve", "reasons": [f"the stand-in approves {task_id or 'the change'} (it reads no diff)"],
+            "comments": []}
+
+
+def default_plan(params: dict) -> Behavior:
+    """Two tasks that work on any repository: each writes `plan/<id>.md` naming the goal; the
+    verify command checks the file. Fewer when the request allows fewer."""
+    text = _user_text(params)
+    goal = (GOAL.search(text).group(1).strip() if GOAL.search(text) else "the goal")[:200]
+    limit = int(MAX_TASKS.search(text).group(1)) if MAX_TASKS.search(text) else 2
+    tasks = [{"id": f"P{i}", "scope": f"step {i} of the plan for: {goal}",
+              "run": f'mkdir -p plan && printf "%s\\n" "$TASKFLEET_TASK_ID: {_shell_safe(goal)}" > "plan/$TASKFLEET_TASK_ID.md"',
+              "verify": 'test -s "plan/$TASKFLEET_TASK_ID.md"'} for i in range(1, min(2, limit) + 1)]
+    return {"board": {"name": "offline-plan", "tasks": tasks}}
+
+
+def _shell_safe(text: str) -> str:
+    """Text that stays literal inside double quotes in `sh` (the stand-in's own commands only)."""
+    return re.sub(r'[^A-Za-z0-9 .,:;_/+=-]', "", text)[:120]
 
 
 def _now() -> datetime:
@@ -55,8 +84,12 @@ class _Batch:
 
 @dataclass
 class StandIn:
-    script: dict[str, list[Behavior]] = field(default_factory=dict)
+    script: dict[str, list[Behavior]] = field(default_factory=dict)  # apply_edits answers, per task id
     default: Callable[[str, dict], Behavior] = default_behavior
+    reviews: dict[str, list[Behavior]] = field(default_factory=dict)  # submit_review answers, per task id
+    default_review: Callable[[str, dict], Behavior] = default_review
+    plans: list[Behavior] = field(default_factory=list)  # submit_board answers, in request order
+    default_plan: Callable[[dict], Behavior] = default_plan
     batch_polls: int = 0  # retrieves that still say `in_progress` before a batch ends
     out_of_order: bool = True  # results come back reversed (the API promises no order)
     create_delays: list[float] = field(default_factory=list)  # seconds to hold each create's response
@@ -64,7 +97,7 @@ class StandIn:
 
     def __post_init__(self) -> None:
         self.calls: Counter[str] = Counter()
-        self.requests: list[dict] = []  # every request served: {"task", "custom_id", "via", "params"}
+        self.requests: list[dict] = []  # every request served: {"task", "tool", "custom_id", "via", "params"}
         self._batches: dict[str, _Batch] = {}
         self._order: list[str] = []
         self._systems: set[str] = set()
@@ -119,12 +152,26 @@ class StandIn:
 
     # --- behaviour ---------------------------------------------------------------------------
 
-    def _answer(self, params: dict, custom_id: str | None, via: str) -> tuple[Behavior, dict]:
-        task_id = _task_of(params)
+    def requests_for(self, tool: str) -> list[dict]:
+        """The requests that forced `tool` (apply_edits, submit_review, submit_board)."""
         with self._lock:
-            queue = self.script.get(task_id)
-            behavior = queue.pop(0) if queue else self.default(task_id, params)
-            self.requests.append({"task": task_id, "custom_id": custom_id, "via": via, "params": params})
+            return [r for r in self.requests if r["tool"] == tool]
+
+    def _behavior(self, tool: str, task_id: str, params: dict) -> Behavior:
+        if tool == REVIEW:
+            queue = self.reviews.get(task_id)
+            return queue.pop(0) if queue else self.default_review(task_id, params)
+        if tool == BOARD:
+            return self.plans.pop(0) if self.plans else self.default_plan(params)
+        queue = self.script.get(task_id)
+        return queue.pop(0) if queue else self.default(task_id, params)
+
+    def _answer(self, params: dict, custom_id: str | None, via: str) -> tuple[Behavior, dict]:
+        task_id, tool = _task_of(params), _tool_of(params)
+        with self._lock:
+            behavior = self._behavior(tool, task_id, params)
+            self.requests.append({"task": task_id, "tool": tool, "custom_id": custom_id, "via": via,
+                                  "params": params})
             system = params.get("system") or []
             blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
             # Prompt caching: the longest prefix ending at a cache_control block that was seen before.
@@ -133,14 +180,21 @@ class StandIn:
             read = max((len(p) for p in prefixes if p in self._systems), default=0)
             self._systems.update(prefixes)
         total = len(json.dumps(blocks, sort_keys=True))
-        return behavior, self._message(params, behavior, read // 4, (total - read) // 4)
+        return behavior, self._message(params, tool, behavior, read // 4, (total - read) // 4)
 
-    def _message(self, params: dict, behavior: Behavior, read_tokens: int, written_tokens: int) -> dict:
-        edits = behavior.get("edits", [])
-        tool_input = {"edits": edits, "summary": behavior.get("summary", "")}
-        content: list[dict] = [{"type": "text", "text": "Applying the change."}]
+    def _message(self, params: dict, tool: str, behavior: Behavior, read_tokens: int, written_tokens: int) -> dict:
+        if "input" in behavior:
+            tool_input = behavior["input"]
+        elif tool == REVIEW:
+            tool_input = {"verdict": behavior.get("verdict", "approve"), "reasons": behavior.get("reasons", []),
+                          "comments": behavior.get("comments", [])}
+        elif tool == BOARD:
+            tool_input = behavior.get("board", {})
+        else:
+            tool_input = {"edits": behavior.get("edits", []), "summary": behavior.get("summary", "")}
+        content: list[dict] = [{"type": "text", "text": "Here is my answer."}]
         if not behavior.get("no_tool"):
-            content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": "apply_edits",
+            content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
                             "input": tool_input})
         total = len(json.dumps(params)) // 4
         return {
@@ -249,6 +303,20 @@ class _ApiError(Exception):
     def __init__(self, status: int, kind: str, message: str) -> None:
         super().__init__(message)
         self.status, self.kind, self.message = status, kind, message
+
+
+def _tool_of(params: dict) -> str:
+    choice = params.get("tool_choice")
+    name = choice.get("name") if isinstance(choice, dict) else None
+    return name if name in (EDITS, REVIEW, BOARD) else EDITS
+
+
+def _user_text(params: dict) -> str:
+    texts = []
+    for message in params.get("messages", [])[:1]:
+        content = message.get("content")
+        texts += [content] if isinstance(content, str) else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+    return "\n".join(t or "" for t in texts)
 
 
 def _task_of(params: dict) -> str:

@@ -40,6 +40,19 @@ class LLMReply:
 
 
 @dataclass
+class ModelUsage:
+    """What one workflow's Claude requests cost: requests, the calls they took, tokens, an estimate."""
+
+    requests: int = 0
+    direct_calls: int = 0
+    batch_ids: list[str] = field(default_factory=list)  # distinct Message Batches used
+    input_tokens: int = 0  # cache writes included
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
 class LLMRequest:
     """What `submit` carries; `enqueued_at` is set by the batcher."""
 
@@ -202,6 +215,7 @@ class ApplyInput:
     attempt: int = 1
     cache_key: str = ""  # set: store the edits under it when they pass verification
     from_cache: bool = False
+    reviewed_commit: str = ""  # a task with a judge: the commit of the attempt the judge sent back
 
 
 @dataclass

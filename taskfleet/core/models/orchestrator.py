@@ -7,6 +7,7 @@ from typing import Optional
 
 from taskfleet.core.models.merge_queue import QueueLanding, QueueRetry
 from taskfleet.core.models.paging import BoardReference, PagingState
+from taskfleet.core.models.review import JudgeTally, Review
 
 TASK_SUCCEEDED = "succeeded"
 TASK_FAILED = "failed"
@@ -43,6 +44,12 @@ class TaskSpec:
     llm_batch: bool = True  # false: one direct `messages.create` per request
     llm_batch_max_size: int = 100
     llm_batch_max_age_seconds: float = 10.0
+    # --- the judge: after verify passes and before landing (`judge = "anthropic"` or `judge_run`) ---
+    judge: str = ""  # "" (no Claude judge) or "anthropic"
+    judge_model: str = ""  # "": the task's model
+    judge_template: str = "judge.j2"
+    judge_max_tokens: int = 4096
+    judge_run: str = ""  # a command: the diff on stdin; exit 0 approve, 2 revise, else reject
 
 
 @dataclass
@@ -104,6 +111,7 @@ class TaskOutcome:
     llm_output_tokens: int = 0
     llm_cache_read_tokens: int = 0
     llm_cost_usd: float = 0.0
+    verdict: str = ""  # the judge's last verdict (approve, revise, reject), if the task has a judge
 
 
 @dataclass
@@ -140,6 +148,19 @@ class OrchestratorStats:
     queue_verify_runs: int = 0
     queue_bisection_steps: int = 0
     queue_seconds: float = 0.0
+    # The judge (its Claude requests are in the llm_* figures too): verdicts asked for (model
+    # requests or judge command runs), the Claude API calls they took, verdicts from the result
+    # cache, verdicts by kind, answers that broke submit_review's schema, tokens, estimated cost.
+    judge_calls: int = 0
+    judge_api_calls: int = 0
+    judge_cache_hits: int = 0
+    judge_approved: int = 0
+    judge_revised: int = 0
+    judge_rejected: int = 0
+    judge_invalid: int = 0
+    judge_input_tokens: int = 0
+    judge_output_tokens: int = 0
+    judge_cost_usd: float = 0.0
 
 
 @dataclass
@@ -159,6 +180,7 @@ class OrchestratorState:
     landing_sent_at: dict[str, float] = field(default_factory=dict)
     run_key: str = ""  # set once by the first run: `<workflow id>@<first run id>`
     llm_batch_ids: list[str] = field(default_factory=list)  # distinct Message Batches used
+    judge_batch_ids: list[str] = field(default_factory=list)  # those of them judge requests went in
     # A paged run (boards by reference): `pending` and `outcomes` hold only the tasks in flight;
     # every finished task's outcome is in the run store.
     paging: Optional[PagingState] = None
@@ -205,6 +227,12 @@ class TaskInput:
     git_max_batch_size: int = 10
     git_max_batch_age_seconds: float = 5.0
     queue: Optional[QueueLanding] = None  # land = "queue": the merge queue's settings, a re-run's reason
+    # --- a task with a judge (set by the workflow that runs its rounds) ---
+    hold_landing: bool = False  # commit and return: the judge decides whether the commit lands
+    attempt: int = 1  # the implementer's attempt (a revise round is the next one)
+    start_commit: str = ""  # a command task's revise round starts from the commit the judge reviewed
+    review: Optional[Review] = None  # the judge's review of that commit (TASKFLEET_REVIEW_FILE)
+    report_stages: bool = False  # signal `task_stage` to `reply_to` when verification starts
 
 
 @dataclass
@@ -238,6 +266,9 @@ class TaskResult:
     llm_output_tokens: int = 0
     llm_cache_read_tokens: int = 0
     llm_cost_usd: float = 0.0
+    # Tasks with a judge: the last verdict, and what judging cost
+    verdict: str = ""
+    judge: Optional[JudgeTally] = None
 
 
 @dataclass
@@ -269,6 +300,8 @@ class TaskProgress:
     status: str
     landed: bool = False
     reason: str = ""  # why it failed (or did not land), in full
+    stage: str = ""  # a running task's: implementing, verifying, judging, landing
+    verdict: str = ""  # the judge's last verdict
 
 
 @dataclass
@@ -281,3 +314,4 @@ class OrchestratorProgress:
     repo: str = ""
     total: int = 0  # open tasks on the board
     failed_ids: list[str] = field(default_factory=list)  # the first FAILED_IDS_CAP
+    rejected: list[str] = field(default_factory=list)  # `task_stage` signals refused (the last few, described)

@@ -1,0 +1,129 @@
+"""The planner's answer (`submit_board`'s input) as a TOML board, checked by the board parser that
+`taskfleet run` uses: what passes here, `taskfleet run` accepts unchanged.
+
+Pure Python, so `PlannerWorkflow` runs it itself. A refused answer comes back as every problem found
+(for the model's one fix round), each naming the task it is about.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from taskfleet.core.board_rows import BoardHead, scan_text, task_from_row, unique_ids
+from taskfleet.core.board_toml import board_toml
+from taskfleet.core.boards import BoardError, parse_toml_board
+
+TASK_KEYS = ("id", "scope", "run", "implementer", "verify", "context")  # in the order they are written
+REQUIRED = ("id", "scope", "verify")
+NAME_MAX_CHARS = 100
+MAX_PROBLEMS = 20
+SOURCE = "board.toml"
+_WHERE = re.compile(r"^board\.toml(?::\d+| task #\d+)?:\s*")
+_WHERE_LINE = re.compile(r"^board\.toml:(\d+):\s*")
+_LINE = re.compile(r"\((?:first on )?line (\d+)\)")
+
+
+class BoardRefused(ValueError):
+    """The answer is not a board `taskfleet run` would accept; `problems` says why, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class PlannedBoard:
+    text: str  # the TOML board
+    name: str
+    task_ids: list[str]
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def answer_problems(answer: Any, max_tasks: int) -> list[str]:
+    """What breaks `submit_board`'s schema, or the task limit (refused, never cut)."""
+    if not isinstance(answer, dict):
+        return ["submit_board's input must be an object with `name` and `tasks`"]
+    problems = []
+    unknown = sorted(str(k) for k in set(answer) - {"name", "tasks"})
+    if unknown:
+        problems.append(f"unknown key(s) {', '.join(unknown)[:100]}; submit_board takes `name` and `tasks`")
+    name = answer.get("name")
+    if not _is_str(name) or not name.strip():
+        problems.append("`name` must be a non-empty string")
+    elif len(name) > NAME_MAX_CHARS:
+        problems.append(f"`name` is {len(name)} characters; at most {NAME_MAX_CHARS}")
+    tasks = answer.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        return problems + ["`tasks` must be a non-empty list of task objects"]
+    if len(tasks) > max_tasks:
+        problems.append(f"the board has {len(tasks)} tasks; at most {max_tasks} are allowed: merge or drop tasks "
+                        "(a board over the limit is refused, never cut)")
+    for i, task in enumerate(tasks):
+        where = f"tasks[{i}]"
+        if not isinstance(task, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        if _is_str(task.get("id")):
+            where += f" ({task['id']})"
+        extra = sorted(str(k) for k in set(task) - set(TASK_KEYS))
+        if extra:
+            problems.append(f"{where}: unknown key(s) {', '.join(extra)[:100]}; a task takes {', '.join(TASK_KEYS)}")
+        for key in REQUIRED:
+            if not _is_str(task.get(key)):
+                problems.append(f"{where}: `{key}` must be a string")
+        for key in ("run", "implementer"):
+            if key in task and not _is_str(task[key]):
+                problems.append(f"{where}: `{key}` must be a string")
+        context = task.get("context", [])
+        if not isinstance(context, list) or not all(_is_str(g) for g in context):
+            problems.append(f"{where}: `context` must be a list of globs (strings)")
+    return problems[:MAX_PROBLEMS]
+
+
+def parser_problems(text: str) -> list[str]:
+    """What the board parser refuses in the written board: each task as a run loads it, ids and
+    branches shared by two tasks, then the whole board at once. Each problem names its task by its
+    place in the answer (the model never saw the TOML's line numbers)."""
+    try:
+        items = list(scan_text(text, SOURCE))
+    except BoardError as err:
+        return [str(err)]
+    head, rows = items[0], items[1:]
+    assert isinstance(head, BoardHead)
+    names = {raw.line: f"tasks[{raw.number - 1}] ({raw.id or 'no id'})" for raw in rows}
+    problems = []
+    for raw in rows:
+        try:
+            task_from_row(raw, head, SOURCE)  # type: ignore[arg-type]
+        except BoardError as err:
+            problems.append(f"{names[raw.line]}: {_WHERE.sub('', str(err))}")
+    for check in (lambda: list(unique_ids(items, SOURCE)), lambda: parse_toml_board(text, SOURCE)):
+        if problems:
+            break
+        try:
+            check()
+        except BoardError as err:
+            message = _WHERE_LINE.sub(lambda m: names.get(int(m.group(1)), "the board") + ": ", str(err))
+            message = _LINE.sub(lambda m: f"(and {names.get(int(m.group(1)), 'another task')})", message)
+            problems.append(message)
+    return problems[:MAX_PROBLEMS]
+
+
+def planned_board(answer: Any, base: str, goal: str, max_tasks: int) -> PlannedBoard:
+    """The board as TOML text, or `BoardRefused` with every problem found."""
+    problems = answer_problems(answer, max_tasks)
+    if problems:
+        raise BoardRefused(problems)
+    rows = [{key: task[key] for key in TASK_KEYS if key in task} for task in answer["tasks"]]
+    header = ["Planned by taskfleet (`taskfleet plan`) for the goal:", *goal.strip().splitlines()[:20], "",
+              "Read it, change what you like, then: taskfleet run <this file> --repo <clone>"]
+    text = board_toml({"name": answer["name"].strip(), "base": base}, rows, header)
+    problems = parser_problems(text)
+    if problems:
+        raise BoardRefused(problems)
+    return PlannedBoard(text=text, name=answer["name"].strip(), task_ids=[row["id"] for row in rows])

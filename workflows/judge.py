@@ -1,0 +1,150 @@
+"""`JudgeWorkflow`: a Claude judge's verdict on one commit of one task, as a child workflow of the
+workflow that runs the task (the orchestrator for a command task, `LLMTaskWorkflow` for a Claude task).
+
+prepare (activity: diff, scope, verify output, lessons, `judge.j2`; a result-cache hit ends here) ->
+the model, through the same plumbing as the implementer (a Message Batch via `LLMBatchWorkflow`,
+or one direct call) -> its answer checked against `submit_review`'s schema. An answer that breaks
+it gets one retry with the error; a second bad answer is no verdict, with the reason. A verdict is
+kept in the result cache and, unless it approves, recorded as a lesson (`activity_type` "judge").
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from taskfleet.core.errors import root_cause_message
+    from taskfleet.core.models.judge import (
+        JUDGE_BY_CLAUDE,
+        JudgeOutcome,
+        JudgeRecord,
+        JudgeRequest,
+        JudgeStatus,
+        PreparedJudge,
+    )
+    from taskfleet.core.models.llm import REPLY_SUCCEEDED
+    from taskfleet.core.models.review import VERDICT_APPROVE, VERDICT_REJECT, VERDICT_REVISE, JudgeTally
+    from taskfleet.core.names import (
+        ACTIVITY_JUDGE_PREPARE,
+        ACTIVITY_JUDGE_RECORD,
+        JUDGE_WORKFLOW,
+        QUERY_JUDGE_STATUS,
+        SIGNAL_LLM_REPLY,
+    )
+    from taskfleet.core.review_schema import ReviewInvalid, parse_review
+
+from taskfleet.workflows.model_calls import QUICK, ModelCalls, Route, assistant_turn, tool_call
+
+TOOL = "submit_review"
+ANSWERS = 2  # the first answer, then one retry after an answer that broke the schema
+
+
+# Worker Versioning: PINNED, like the task workflow that starts it: one judging runs on one version.
+@workflow.defn(name=JUDGE_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
+class JudgeWorkflow:
+    def __init__(self) -> None:
+        self.calls = ModelCalls()
+        self.tally = JudgeTally()
+        self.stage = "preparing"
+        self.answers = 0
+        self.problem = ""
+        self._title = "**judge**"
+
+    @workflow.signal(name=SIGNAL_LLM_REPLY)
+    def llm_reply(self, *args: Any) -> None:
+        """The batcher's answer; malformed or repeated replies are dropped."""
+        self.calls.receive(args)
+
+    @workflow.query(name=QUERY_JUDGE_STATUS)
+    def status(self) -> JudgeStatus:
+        return JudgeStatus(stage=self.stage, answers=self.answers, problem=self.problem, tally=self._tally())
+
+    @workflow.run
+    async def run(self, request: JudgeRequest) -> JudgeOutcome:
+        task = request.task_input.task
+        self._title = f"**judge** of {task.id}, round {request.round}: commit `{request.commit[:12]}`"
+        self._details()
+        try:
+            prepared: PreparedJudge = await workflow.execute_activity(
+                ACTIVITY_JUDGE_PREPARE, request, result_type=PreparedJudge,
+                start_to_close_timeout=timedelta(minutes=5), retry_policy=QUICK,
+                summary=f"{task.id}: the judge's request (diff, verify output, lessons)"[:100],
+            )
+        except ActivityError as err:
+            return self._done(error=f"the judge's request could not be made: {root_cause_message(err)}")
+        if prepared.cached is not None:
+            self.tally.cache_hits = 1
+            return self._done(review=prepared.cached, cache_hit=True)
+        model = str(prepared.params.get("model", ""))
+        conversation = list(prepared.params["messages"])
+        route = Route(batch=task.llm_batch, max_batch_size=task.llm_batch_max_size,
+                      max_batch_age_seconds=task.llm_batch_max_age_seconds)
+        for attempt in range(1, ANSWERS + 1):
+            self.stage, self.answers = ("asking" if attempt == 1 else "retrying"), attempt
+            self._details()
+            reply = await self.calls.ask({**prepared.params, "messages": conversation}, f"{task.id}-judge", attempt,
+                                         route, f"{task.id}: judge")
+            self.calls.account(reply, model)
+            if reply.type != REPLY_SUCCEEDED:
+                return self._done(error=f"the judge's request failed: the API reported {reply.type}: {reply.error}")
+            tool = tool_call(reply.message, TOOL)
+            try:
+                if tool is None:
+                    raise ReviewInvalid("the answer did not call submit_review")
+                review = parse_review(tool.get("input"))
+            except ReviewInvalid as err:
+                self.tally.invalid += 1
+                self.problem = str(err)
+                workflow.logger.warning("%s: the judge's answer %d broke the schema: %s", task.id, attempt, err)
+                retry = f"Your answer does not fit submit_review: {err}. Call submit_review again."
+                conversation += [assistant_turn(reply.message), {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": tool.get("id", ""), "is_error": True, "content": retry}
+                    if tool is not None else {"type": "text", "text": retry}]}]
+                continue
+            try:
+                await workflow.execute_activity(
+                    ACTIVITY_JUDGE_RECORD,
+                    JudgeRecord(task_input=request.task_input, review=review, cache_key=prepared.cache_key,
+                                commit=request.commit, round=request.round),
+                    start_to_close_timeout=timedelta(minutes=1), retry_policy=RetryPolicy(maximum_attempts=3),
+                    summary=f"{task.id}: keep the verdict ({review.verdict})"[:100],
+                )
+            except ActivityError as err:  # the verdict stands; only its cache entry or lesson is missing
+                workflow.logger.warning("could not record the verdict: %s", root_cause_message(err))
+            return self._done(review=review)
+        return self._done(error=f"the judge's answer broke submit_review's schema twice: {self.problem}")
+
+    def _tally(self) -> JudgeTally:
+        u = self.calls.usage
+        t = self.tally
+        t.calls, t.direct_calls, t.batch_ids = u.requests, u.direct_calls, list(u.batch_ids)
+        t.input_tokens, t.output_tokens, t.cost_usd = u.input_tokens, u.output_tokens, u.cost_usd
+        t.cache_read_tokens = u.cache_read_tokens
+        return t
+
+    def _details(self, outcome: str = "") -> None:
+        u = self.calls.usage
+        lines = [self._title, "", f"- stage: {self.stage}" + (f" (answer {self.answers})" if self.answers else ""),
+                 f"- Claude: {u.requests} request(s), tokens in {u.input_tokens} out {u.output_tokens}, "
+                 f"est. ${u.cost_usd:.4f}"]
+        if self.problem:
+            lines.append(f"- off the schema: {self.problem[:200]}")
+        if outcome:
+            lines.append(f"- {outcome[:300]}")
+        workflow.set_current_details("\n".join(lines))
+
+    def _done(self, review: Any = None, error: str = "", cache_hit: bool = False) -> JudgeOutcome:
+        tally = self._tally()
+        if review is not None:
+            tally.approved += review.verdict == VERDICT_APPROVE
+            tally.revised += review.verdict == VERDICT_REVISE
+            tally.rejected += review.verdict == VERDICT_REJECT
+        self.stage = "done"
+        self._details(f"verdict: {review.verdict}" + (" (from the result cache)" if cache_hit else "")
+                      if review is not None else f"no verdict: {error}")
+        return JudgeOutcome(review=review, error=error, source=JUDGE_BY_CLAUDE, cache_hit=cache_hit, tally=tally)
