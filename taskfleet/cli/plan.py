@@ -83,10 +83,10 @@ def _figures(result: PlanResult) -> str:
 
 
 async def plan(args: argparse.Namespace) -> int:
-    repo = check_clone(args.repo, args.base, args.remote)
+    repo, base = check_clone(args.repo, args.base, args.remote)
     try:
         request = parse_plan_input(PlanInput(
-            goal=args.goal, repo=repo, base=args.base, remote=args.remote, context=args.context or [],
+            goal=args.goal, repo=repo, base=base, remote=args.remote, context=args.context or [],
             max_tasks=args.max_tasks, model=args.model or "", llm_batch=args.batch,
         ))
     except InvalidPlanInput as err:
@@ -157,7 +157,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tasks", type=int, default=20, help="a board with more tasks is refused, never cut")
     p.add_argument("-o", "--output", metavar="BOARD.toml", help="write the board here (default: stdout)")
     p.add_argument("--run", action="store_true", help="start the board at once (as `taskfleet run` would)")
-    p.add_argument("--base", default="main", help="the branch the tasks start from")
+    p.add_argument("--base", default=None,
+                   help="the branch the tasks start from (default: the remote's default branch)")
     p.add_argument("--remote", default="origin")
     p.add_argument("--model", help="Claude model id (default: the worker's TASKFLEET_MODEL)")
     p.add_argument("--batch", action="store_true", help="send the request in a Message Batch (half price, slower)")
