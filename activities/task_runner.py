@@ -17,11 +17,14 @@ from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHel
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
 from taskfleet.activities.support.lease import LeaseLock
+from taskfleet.activities.support.executor_policy import current_policy
 from taskfleet.activities.support.executor_records import (
+    TASK_KEY_VARIABLE,
     TOKEN_VARIABLE,
     ExecutorRecords,
     Stragglers,
-    no_detached_git_maintenance,
+    kill_task_processes,
+    task_key,
 )
 from taskfleet.activities.support.git_async import GitError, Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
@@ -50,16 +53,19 @@ from taskfleet.core.models.orchestrator import (
     TASK_FAILED,
     TASK_SUCCEEDED,
     BranchClaim,
+    TaskEnvCheck,
     TaskInput,
     TaskResult,
 )
 from taskfleet.core.names import (
+    ACTIVITY_CHECK_TASK_ENV,
     ACTIVITY_CLAIM_BRANCHES,
     ACTIVITY_RUN_TASK,
     GIT_BATCH_WORKFLOW,
     SIGNAL_ENQUEUE,
 )
 from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.core.task_env import ALLOW_VARIABLE
 
 # A prompt up to this size also reaches the executor in TASKFLEET_PROMPT; any size by file.
 PROMPT_IN_ENV_BYTES = 32 * 1024
@@ -147,6 +153,20 @@ class TaskActivities:
         except (BranchesHeld, NotAClone) as err:
             raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
 
+    @activity.defn(name=ACTIVITY_CHECK_TASK_ENV)
+    async def check_task_env(self, check: TaskEnvCheck) -> None:
+        """Refuse a board that asks for worker variables this worker does not give tasks (or lacks)."""
+        problem = task_env_problem(list(check.names)[:1000])
+        if problem:
+            raise ApplicationError(problem, type="EnvNotAllowed", non_retryable=True)
+
+    async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
+        """A retry: whatever an earlier attempt of this task still runs on this machine (its worker
+        killed or cut off from the server) is killed before this attempt starts anything."""
+        killed = await asyncio.to_thread(kill_task_processes, task_key(run_key, task_id))
+        if killed:
+            activity.logger.warning("task %s: killed %d process(es) an earlier attempt left running", task_id, killed)
+
     @activity.defn(name=ACTIVITY_RUN_TASK)
     async def run_task(self, params: TaskInput) -> TaskResult:
         task = params.task
@@ -160,6 +180,8 @@ class TaskActivities:
             result.wait_seconds = max(0.0, (datetime.now(timezone.utc) - scheduled).total_seconds())
         activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, info.attempt)
         await self.executors.reap_now_and_then()
+        if info.attempt > 1:
+            await self.end_earlier_attempts(params.run_key, task.id)
         if not task.worktree:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
             scratch = self.scratch.take()
@@ -280,8 +302,12 @@ class TaskActivities:
     ) -> bool:
         """Executor, then verification, in `cwd`; fills `result` and says whether both passed."""
         task = params.task
+        problem = task_env_problem(task.env)
+        if problem:
+            raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup", non_retryable=True)
+        # The task's own variables; what else of the worker's environment it sees is the worker's
+        # rule (taskfleet.core.task_env), applied by the executor to every command.
         env = {
-            **os.environ,
             "TASKFLEET_TASK_ID": task.id,
             "TASKFLEET_BRANCH": task.branch,
             "TASKFLEET_BASE": params.base,
@@ -293,7 +319,7 @@ class TaskActivities:
             del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
         token = self.executors.new_token()
         env[TOKEN_VARIABLE] = token
-        no_detached_git_maintenance(env)
+        env[TASK_KEY_VARIABLE] = task_key(params.run_key, task.id)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
         try:
@@ -323,7 +349,11 @@ class TaskActivities:
 
     async def end_token(self, token: str) -> None:
         """Stop what still carries a finished task's token, then journal the token as ended; when
-        the sweep fails, the token stays journalled, for the reaper once this worker is gone."""
+        the sweep fails, the token stays journalled, for the reaper once this worker is gone. In a
+        PID namespace the kernel has killed everything a command started when it ended: no sweep."""
+        if current_policy().trees.namespaced:
+            self.executors.forget(token)
+            return
         try:
             await self.stragglers.stop(token)
         except Exception as err:  # noqa: BLE001 - the task's own result stands
@@ -379,6 +409,23 @@ class TaskActivities:
             await asyncio.to_thread(self.lessons.record, lesson)
         except OSError as err:
             activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
+
+
+def task_env_problem(names: list[str]) -> str:
+    """Why a task may not have these worker variables here ("" when it may): the operator did not
+    allow them (TASKFLEET_TASK_ENV), or this worker's environment lacks them. Names only, never a value."""
+    if not names:
+        return ""
+    environment = current_policy().environment
+    refused = environment.refused(names)
+    if refused:
+        allowed = ", ".join(environment.allow) or "nothing"
+        return (f"env {', '.join(refused)}: not allowed by this worker's {ALLOW_VARIABLE} ({allowed}); "
+                f"the worker's operator decides which variables tasks may see")
+    missing = environment.missing(names)
+    if missing:
+        return f"env {', '.join(missing)}: allowed, but not set in the worker's environment"
+    return ""
 
 
 def needs_a_person(err: Exception) -> ApplicationError | None:

@@ -29,10 +29,15 @@ from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.task_group import TaskGroupActivities
+from taskfleet.activities.support.executor_policy import ExecutorPolicy, using_policy
+from taskfleet.activities.support.executor_records import TOKEN_VARIABLE
 from taskfleet.activities.support.presence import WorkerPresence
+from taskfleet.activities.support.process_trees import ProcessTreesUnavailable, Watchdog, detect
 from taskfleet.activities.task_runner import TaskActivities
+from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.core.task_env import TaskEnvironment
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
@@ -71,6 +76,7 @@ class WorkerServices:
         self.llm = LLMActivities(settings, LLMSettings(), self.lessons, self.templates, self.result_cache, self.tasks)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
+        self.policy: ExecutorPolicy | None = None  # decided at start: a probe starts a process
         self.started = False
 
     def activities(self) -> list[Callable]:
@@ -81,6 +87,7 @@ class WorkerServices:
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
             self.tasks.claim_branches,
+            self.tasks.check_task_env,
             *self.llm.activities(),
             self.boards.store_board,
             self.boards.load_board_page,
@@ -91,6 +98,7 @@ class WorkerServices:
 
     async def start(self) -> None:
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.policy = await asyncio.to_thread(self._executor_policy)
         names = self.templates.load()
         stats = await asyncio.to_thread(self.lessons.load)
         if stats.malformed_lines:
@@ -108,6 +116,23 @@ class WorkerServices:
             stats.lessons, stats.build_seconds, len(names), ", ".join(names), self.settings.result_cache_path,
         )
         self.started = True
+
+    def _executor_policy(self) -> ExecutorPolicy:
+        """What task processes see and how they die with the worker, decided (and logged) once."""
+        try:
+            trees = detect(self.settings.process_trees)
+        except ProcessTreesUnavailable as err:
+            raise StartupError(str(err)) from None
+        environment = TaskEnvironment(self.settings.task_env)
+        if any(pattern in ("*", "?*") for pattern in environment.allow):
+            log.warning("TASKFLEET_TASK_ENV %s lets tasks see every worker variable, credentials included",
+                        ",".join(environment.allow))
+        log.info("taskfleet task processes: %s", trees.describe())
+        if not trees.namespaced:
+            pid = Watchdog.ensure(TOKEN_VARIABLE)
+            log.info("taskfleet task processes: watchdog pid %d kills this worker's task processes if it dies", pid)
+        log.info("taskfleet task environment: %s", environment.describe())
+        return ExecutorPolicy(environment, trees)
 
     def stop(self) -> None:
         self.started = False
@@ -214,7 +239,10 @@ class TaskfleetPlugin(SimplePlugin):
         if notice:
             log.warning("%s", notice)
         async with self.services.running(worker.client, worker.task_queue):
-            await next(worker)
+            assert self.services.policy is not None
+            # Every activity task this worker starts inherits its rules (a context variable).
+            with using_policy(self.services.policy):
+                await next(worker)
 
     def run_replayer(
         self,

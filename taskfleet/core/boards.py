@@ -15,6 +15,7 @@ from typing import Any
 from taskfleet.core.git_op_validation import branch_name_problem
 from taskfleet.core.llm_board_keys import ANTHROPIC, LLM_KEYS, llm_fields_problem
 from taskfleet.core.models.orchestrator import Board, TaskSpec
+from taskfleet.core.task_env import env_names_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,7 +24,7 @@ else:  # pragma: no cover - Python 3.10
 
 MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
 BOARD_KEYS = {"name", "base", "max_parallel", "land", "run", "verify", "template", "task_type",
-              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks"} | set(LLM_KEYS)
+              "activity_type", "timeout_seconds", "refresh", "worktree", "env", "tasks"} | set(LLM_KEYS)
 TASK_KEYS = {f.name for f in fields(TaskSpec)} - {"acceptance"}
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -131,7 +132,7 @@ def _board_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree",
-               *LLM_KEYS)
+               "env", *LLM_KEYS)
 
 
 def spec_from_row(row: dict[str, Any], allowed: set[str] | frozenset[str], settings: dict[str, Any],
@@ -162,6 +163,9 @@ def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str],
             raise BoardError(f"{where}: '{name}' must be true or false")
     if not isinstance(spec.timeout_seconds, (int, float)) or spec.timeout_seconds <= 0:
         raise BoardError(f"{where}: timeout_seconds must be a number > 0")
+    problem = env_names_problem(spec.env)
+    if problem:
+        raise BoardError(f"{where}: {problem}")
     problem = llm_fields_problem(spec)
     if problem:
         raise BoardError(f"{where}: {problem}")
@@ -196,7 +200,7 @@ def validate_board(board: Board, source: str = "board") -> Board:
         if task.branch == board.base:
             raise BoardError(f"{source}: task {task.id} works on the base branch {board.base}")
         branches[task.branch] = task.id
-        problem = llm_fields_problem(task)
+        problem = llm_fields_problem(task) or env_names_problem(task.env)
         if problem:
             raise BoardError(f"{source}: task {task.id}: {problem}")
         if not task.done:
