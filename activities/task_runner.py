@@ -163,7 +163,10 @@ class TaskActivities:
     async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
         """A retry: whatever an earlier attempt of this task still runs on this machine (its worker
         killed or cut off from the server) is killed before this attempt starts anything."""
-        killed = await asyncio.to_thread(kill_task_processes, task_key(run_key, task_id))
+        killing = asyncio.ensure_future(asyncio.to_thread(kill_task_processes, task_key(run_key, task_id)))
+        while not (await asyncio.wait({killing}, timeout=1.0))[0]:
+            activity.heartbeat(task_id)  # a kill may wait seconds for a process to go
+        killed = killing.result()
         if killed:
             activity.logger.warning("task %s: killed %d process(es) an earlier attempt left running", task_id, killed)
 
