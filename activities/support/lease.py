@@ -101,6 +101,11 @@ class Lease:
             self.fence.check(self.token)
 
 
+async def _fence_highest(fence: Optional[Fence]) -> int:
+    """What the lock must grant above: the highest token the fence has admitted (0 without one)."""
+    return 0 if fence is None else await asyncio.to_thread(fence.highest)
+
+
 def default_holder() -> str:
     """`<pod>/<pid>#<8 hex>`: who holds (readable in `holders`) and unique per acquisition."""
     return f"{pod_id()}/{os.getpid()}#{uuid.uuid4().hex[:8]}"
@@ -140,7 +145,8 @@ class LeaseLock:
     async def acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Lease:
         """Wait (FIFO) until granted. Raises `LeaseError` if refused or past `acquire_timeout`."""
         holder = holder or default_holder()
-        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=self.wait_seconds)
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=self.wait_seconds,
+                                 min_token=await _fence_highest(fence))
         give_up = None if self.acquire_timeout is None else time.monotonic() + self.acquire_timeout
         try:
             while True:
@@ -167,7 +173,8 @@ class LeaseLock:
     async def try_acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Optional[Lease]:
         """The lease if it is free right now (nobody holds it, nobody waits), else None at once."""
         holder = holder or default_holder()
-        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0)
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0,
+                                 min_token=await _fence_highest(fence))
         give_up = time.monotonic() + (self.acquire_timeout or 30.0)
         sent = time.monotonic()
         grant = await self._call(self._acquire_once, request, give_up)
