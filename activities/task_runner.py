@@ -16,7 +16,7 @@ from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHeld, NotAClone
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
-from taskfleet.activities.support.lease import LeaseLock
+from taskfleet.activities.support.lease import LeaseLock, NoWorker
 from taskfleet.activities.support.executor_policy import current_policy
 from taskfleet.activities.support.executor_records import (
     TASK_KEY_VARIABLE,
@@ -87,12 +87,17 @@ def state_inside(state_dir: Path, repo: str) -> bool:
     return state == root or root in state.parents
 
 
-def _clone_lease(folder: Path):
+def clone_lease(coordination_queue: str):
     """The lease on a clone's claims folder, shared by every pod: one claimer at a time, writing
     under a fencing token recorded beside the claims. Given back by signal: the claim's activity
-    need not wait for the lock to note it (the next claimer is granted once it has)."""
-    lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30)
-    return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
+    need not wait for the lock to note it (the next claimer is granted once it has). One lock per
+    clone whatever queue the run is on: it runs on the coordination queue every worker polls."""
+
+    def hold(folder: Path):
+        lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30, task_queue=coordination_queue)
+        return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
+
+    return hold
 
 
 class TaskActivities:
@@ -148,10 +153,13 @@ class TaskActivities:
             info = described.raw_description.workflow_execution_info
             return described.status == WorkflowExecutionStatus.RUNNING and info.first_run_id == first_run_id
 
+        lease = clone_lease(self.settings.coordination_task_queue)
         try:
-            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), _clone_lease)
+            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), lease)
         except (BranchesHeld, NotAClone) as err:
             raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
+        except NoWorker as err:
+            raise ApplicationError(str(err), type="NoWorker", non_retryable=True) from None
 
     @activity.defn(name=ACTIVITY_CHECK_TASK_ENV)
     async def check_task_env(self, check: TaskEnvCheck) -> None:

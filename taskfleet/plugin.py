@@ -9,6 +9,7 @@ so a broken template or unreadable file stops that start with one clear line) an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -38,6 +39,7 @@ from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.core.task_env import TaskEnvironment
+from taskfleet.coordination import coordination_worker
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
@@ -145,7 +147,7 @@ class WorkerServices:
         if client is not None:
             # The presence lease is taken once the worker polls (this worker may be the only one
             # running the lock workflow); tasks wait for it before registering worktrees.
-            presence = WorkerPresence(client, task_queue, self.settings.pod_id)
+            presence = WorkerPresence(client, self.settings.coordination_task_queue, self.settings.pod_id)
             self.tasks.worktrees.presence = presence
             keeper = asyncio.create_task(self._keep_presence(presence), name="taskfleet presence")
         try:
@@ -238,11 +240,24 @@ class TaskfleetPlugin(SimplePlugin):
         notice = await ensure_search_attributes(worker.client)
         if notice:
             log.warning("%s", notice)
-        async with self.services.running(worker.client, worker.task_queue):
+        async with self._coordination(worker), self.services.running(worker.client, worker.task_queue):
             assert self.services.policy is not None
             # Every activity task this worker starts inherits its rules (a context variable).
             with using_policy(self.services.policy):
                 await next(worker)
+
+    def _coordination(self, worker: Worker) -> AbstractAsyncContextManager[Any]:
+        """The lease locks' task queue, polled beside the worker's own (taskfleet/coordination.py).
+        Entered before the services (the presence lease needs it), left after them (their last
+        release reaches it)."""
+        from taskfleet.versioning import UnversionedRunner
+
+        queue = self.settings.coordination_task_queue
+        if worker.task_queue == queue:
+            return contextlib.nullcontext()
+        runner = _with_passthrough(SandboxedWorkflowRunner())
+        assert runner is not None
+        return coordination_worker(worker.client, queue, UnversionedRunner(runner))
 
     def run_replayer(
         self,

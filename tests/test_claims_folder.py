@@ -5,7 +5,6 @@ fence beside them keeps one marker, not one per token ever issued."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec

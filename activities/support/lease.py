@@ -17,7 +17,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,6 +34,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.activities.support.fence import Fence
+from taskfleet.activities.support.queue_watch import UNSERVED_SECONDS, unserved
 from taskfleet.core.errors import root_cause_message
 from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import (
@@ -66,6 +67,17 @@ _FINAL_CODES = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.PERMISSION_DENIED,
 
 class LeaseError(RuntimeError):
     """The lock refused the request (bad input, too many waiters) or could not be reached in time."""
+
+
+class NoWorker(LeaseError):
+    """The lock's workflow waits on a task queue no worker polls: the message names the queue."""
+
+
+class _Moved(Exception):
+    """A lock stranded on a queue nobody polls was ended, to start again on ours: ask again."""
+
+
+WATCH_EVERY = 1.0  # while a call waits: how often to ask whether anyone serves the lock's queue
 
 
 class LeaseLost(RuntimeError):
@@ -124,8 +136,10 @@ class LeaseLock:
         wait_seconds: float = 5.0,
         acquire_timeout: Optional[float] = None,
         config: Optional[LeaseLockConfig] = None,
+        unserved_after: float = UNSERVED_SECONDS,
     ) -> None:
         self.client = client
+        self.unserved_after = unserved_after
         self.resource = resource
         self.task_queue = task_queue
         self.lease_seconds = lease_seconds
@@ -283,7 +297,9 @@ class LeaseLock:
         delay = 0.05
         while True:
             try:
-                return await fn(request)
+                return await self._watched(fn(request))
+            except _Moved:
+                continue
             except WorkflowUpdateFailedError as err:
                 raise LeaseError(f"lock {self.resource}: {root_cause_message(err)}") from None
             except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
@@ -294,6 +310,34 @@ class LeaseLock:
                 log.info("lock %s: retrying after %s", self.resource, root_cause_message(err))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    async def _watched(self, call: Awaitable[LeaseGrant]) -> LeaseGrant:
+        """The call's answer, unless the lock's workflow waits on a task queue no worker polls: then
+        `NoWorker` naming the queue, within seconds instead of a silent wait. A lock an older
+        taskfleet started on a task queue of its own (where nobody polls any more) is ended instead
+        and asked again: it starts over on our queue, and fencing keeps that safe (see fence.py)."""
+        task = asyncio.ensure_future(call)
+        try:
+            while not (await asyncio.wait({task}, timeout=WATCH_EVERY))[0]:
+                stuck = await unserved(self.client, self.workflow_id, self.unserved_after)
+                if stuck is None:
+                    continue
+                if stuck.task_queue != self.task_queue:
+                    log.warning("lock %s: %s; ending it, to start again on task queue %s",
+                                self.resource, stuck.describe(), self.task_queue)
+                    await self._handle().terminate(
+                        reason=f"taskfleet: no worker polls task queue '{stuck.task_queue}'; the lock starts again "
+                               f"on '{self.task_queue}'")
+                    raise _Moved()
+                raise NoWorker(
+                    f"lock {self.resource}: {stuck.describe()}; start a taskfleet worker (every taskfleet worker "
+                    f"polls '{self.task_queue}', where taskfleet's locks run)"
+                )
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _keep_renewed(self, lease: Lease) -> None:
         """Renew every third of the lease. Failures are retried for as long as the lease is held:

@@ -6,6 +6,9 @@ they cannot collide with a user's own activities on the same worker.
 """
 
 DEFAULT_TASK_QUEUE = "taskfleet"
+# Where coordination workflows that must be one per resource (lease locks: a clone's branch claims,
+# a worker's presence) run: every taskfleet worker polls it beside its own task queue.
+COORDINATION_TASK_QUEUE = "taskfleet-coordination"
 
 # --- workflow types ---------------------------------------------------------------------------
 GIT_BATCH_WORKFLOW = "GitBatchWorkflow"

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from taskfleet.core.names import COORDINATION_TASK_QUEUE
 from taskfleet.core.pod import pod_id
 from taskfleet.core.task_env import ALLOW_VARIABLE, parse_allow_list
 
@@ -48,6 +49,11 @@ class TaskfleetSettings:
     # allows it, else process groups), "pid-namespace" (required) or "process-group" (env
     # TASKFLEET_PROCESS_TREES). See activities/support/process_trees.py.
     process_trees: str = field(default_factory=lambda: os.environ.get("TASKFLEET_PROCESS_TREES") or "auto")
+    # The task queue every taskfleet worker also polls, for the lease locks (one per resource, so
+    # not per queue). Every worker of a namespace must agree (env TASKFLEET_COORDINATION_QUEUE).
+    coordination_task_queue: str = field(
+        default_factory=lambda: os.environ.get("TASKFLEET_COORDINATION_QUEUE") or COORDINATION_TASK_QUEUE
+    )
 
     def __post_init__(self) -> None:
         # Absolute once, here, from the worker's working directory: git resolves a relative path
