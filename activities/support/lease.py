@@ -351,6 +351,16 @@ class LeaseLock:
                 grant = await self.renew(lease)
             except asyncio.CancelledError:
                 raise
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    if await self._history_gone(lease):
+                        return
+                elif not failing:
+                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
+                                root_cause_message(err))
+                failing = True
+                period = min(max(lease.lease_seconds / 10, 0.1), 1.0)
+                continue
             except Exception as err:  # noqa: BLE001 - retried; check() guards the meantime
                 if not failing:
                     log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
@@ -366,6 +376,29 @@ class LeaseLock:
                 lease.lost = grant.reason
                 return
             period = max(lease.lease_seconds / 3, 0.1)
+
+    async def _history_gone(self, lease: Lease) -> bool:
+        """The lock's workflow no longer exists (a dev server restarted in memory, a lock terminated):
+        a fenced lease is lost (its holder stops; the fence refuses it anyway once a new token acts).
+        An unfenced one (a worker's presence) is taken again under the same holder, from a lock that
+        starts over: it still names a live worker. True when the lease ended."""
+        if lease.fence is not None:
+            lease.lost = f"the lock's workflow {self.workflow_id} is gone (a new lock history)"
+            log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)
+            return True
+        request = AcquireRequest(holder=lease.holder, lease_seconds=lease.lease_seconds, wait_seconds=0.0)
+        sent = time.monotonic()
+        try:
+            grant = await self._watched(self._acquire_once(request))
+        except Exception as err:  # noqa: BLE001 - asked again at the next renewal
+            log.info("lock %s is new; taking the lease again failed, retrying: %s", self.resource,
+                     root_cause_message(err))
+            return False
+        if grant.status == LEASE_GRANTED:
+            log.warning("lock %s started over (its workflow was gone): lease taken again, token %d",
+                        self.resource, grant.token)
+            lease.token, lease.grant, lease.deadline = grant.token, grant, sent + grant.lease_seconds
+        return False
 
     async def _abandon(self, holder: str) -> None:
         """Leave the queue (token 0), or release a lease granted after we stopped waiting."""
