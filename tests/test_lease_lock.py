@@ -193,6 +193,7 @@ async def test_a_lock_whose_history_is_new_grants_above_what_its_fence_has_seen(
         with pytest.raises(StaleLease, match="token 5 is stale: token 6 has acted"):
             old.check()
     assert (await lock.holders()).next_token == 7
+    save_history("lease_lock_above_the_fence", (await client.get_workflow_handle(lock.workflow_id).fetch_history()).to_json())
     assert sorted(p.name for p in (tmp_path / "fence").iterdir()) == [f"{6:020d}"]  # one marker, not one per token
 
 

@@ -26,6 +26,10 @@ EXPECTED = {
     "orchestrator_continue_as_new",
     "lease_lock_fifo",
     "lease_lock_after_continue_as_new",
+    "lease_lock_above_the_fence",
+    "orchestrator_env_checked",
+    "orchestrator_env_refused",
+    "git_batcher_enqueue_list",
 }
 
 

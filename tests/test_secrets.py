@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from taskfleet.llm_standin import StandIn
-from tests.conftest import GitRemoteFixture, WorkerProcess, git
+from tests.conftest import GitRemoteFixture, WorkerProcess, git, save_history
 from tests.llm_support import FAST_POLLS
 from tests.user_cli import taskfleet
 
@@ -110,10 +110,14 @@ async def test_no_credential_reaches_a_task_a_commit_a_log_or_a_history(
             await worker.wait_started()
             board = tmp_path / "board.toml"
             board.write_text(BOARD)
+            # The replay test names a history's workflow by its file name (the Claude task's child id
+            # derives from it): this run is recorded under the id it runs with.
             done = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
-                                   cwd=tmp_path, task_queue=task_queue, timeout=240)
+                                   "--id", "orchestrator_env_checked", cwd=tmp_path, task_queue=task_queue, timeout=240)
             result = json.loads(done.stdout)
             texts = await histories_since(client, since)
+            run = client.get_workflow_handle(json.loads(done.stdout)["workflow_id"])
+            save_history("orchestrator_env_checked", (await run.fetch_history()).to_json())
         finally:
             worker.interrupt()
         assert standin.calls["batches.create"] + standin.calls["messages.create"] >= 1  # the Claude task ran
@@ -160,7 +164,9 @@ async def test_a_board_asking_for_a_variable_the_operator_did_not_allow_is_refus
         await worker.wait_started()
         done = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone), "--id",
                                f"greedy-{task_queue}", cwd=tmp_path, task_queue=task_queue)
-        history = [e async for e in client.get_workflow_handle(f"greedy-{task_queue}").fetch_history_events()]
+        handle = client.get_workflow_handle(f"greedy-{task_queue}")
+        history = [e async for e in handle.fetch_history_events()]
+        save_history("orchestrator_env_refused", (await handle.fetch_history()).to_json())
     finally:
         worker.interrupt()
     assert done.returncode == 1, (done.stdout, done.stderr)
