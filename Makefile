@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/llm_batching.py
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/lock.py
+	$(PY) benchmarks/process_trees.py
 
 # Every benchmark at small sizes (seconds each); `make test` runs them too (tests/test_benchmarks.py).
 bench-quick: $(STAMP)
@@ -43,6 +44,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/lessons.py --quick
 	$(PY) benchmarks/llm_batching.py --quick
 	$(PY) benchmarks/lock.py --quick
+	$(PY) benchmarks/process_trees.py --quick
 	$(PY) benchmarks/result_cache.py --quick
 	$(PY) benchmarks/scale.py --quick
 	$(PY) benchmarks/sdk_baseline.py --quick

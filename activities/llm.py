@@ -28,7 +28,8 @@ from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, resolve
-from taskfleet.activities.task_runner import needs_a_person, task_env_problem, task_file_stem
+from taskfleet.activities.support.executor_policy import task_env_problem
+from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 

@@ -17,7 +17,7 @@ from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHel
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
 from taskfleet.activities.support.lease import LeaseLock, NoWorker
-from taskfleet.activities.support.executor_policy import current_policy
+from taskfleet.activities.support.executor_policy import current_policy, task_env_problem
 from taskfleet.activities.support.executor_records import (
     TASK_KEY_VARIABLE,
     TOKEN_VARIABLE,
@@ -65,7 +65,6 @@ from taskfleet.core.names import (
     SIGNAL_ENQUEUE,
 )
 from taskfleet.core.settings import TaskfleetSettings
-from taskfleet.core.task_env import ALLOW_VARIABLE
 
 # A prompt up to this size also reaches the executor in TASKFLEET_PROMPT; any size by file.
 PROMPT_IN_ENV_BYTES = 32 * 1024
@@ -420,23 +419,6 @@ class TaskActivities:
             await asyncio.to_thread(self.lessons.record, lesson)
         except OSError as err:
             activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
-
-
-def task_env_problem(names: list[str]) -> str:
-    """Why a task may not have these worker variables here ("" when it may): the operator did not
-    allow them (TASKFLEET_TASK_ENV), or this worker's environment lacks them. Names only, never a value."""
-    if not names:
-        return ""
-    environment = current_policy().environment
-    refused = environment.refused(names)
-    if refused:
-        allowed = ", ".join(environment.allow) or "nothing"
-        return (f"env {', '.join(refused)}: not allowed by this worker's {ALLOW_VARIABLE} ({allowed}); "
-                f"the worker's operator decides which variables tasks may see")
-    missing = environment.missing(names)
-    if missing:
-        return f"env {', '.join(missing)}: allowed, but not set in the worker's environment"
-    return ""
 
 
 def needs_a_person(err: Exception) -> ApplicationError | None:

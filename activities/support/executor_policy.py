@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from taskfleet.activities.support.process_trees import MODE_AUTO, SETTING, ProcessTrees, detect
-from taskfleet.core.task_env import TaskEnvironment
+from taskfleet.core.task_env import ALLOW_VARIABLE, TaskEnvironment
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,20 @@ def using_policy(policy: ExecutorPolicy) -> Iterator[ExecutorPolicy]:
         yield policy
     finally:
         _CURRENT.reset(token)
+
+
+def task_env_problem(names: list[str]) -> str:
+    """Why a task may not have these worker variables here ("" when it may): the operator did not
+    allow them (TASKFLEET_TASK_ENV), or this worker's environment lacks them. Names only, never a value."""
+    if not names:
+        return ""
+    environment = current_policy().environment
+    refused = environment.refused(names)
+    if refused:
+        allowed = ", ".join(environment.allow) or "nothing"
+        return (f"env {', '.join(refused)}: not allowed by this worker's {ALLOW_VARIABLE} ({allowed}); "
+                f"the worker's operator decides which variables tasks may see")
+    missing = environment.missing(names)
+    if missing:
+        return f"env {', '.join(missing)}: allowed, but not set in the worker's environment"
+    return ""
