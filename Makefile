@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/lock.py
 	$(PY) benchmarks/merge_queue.py
+	$(PY) benchmarks/process_trees.py
 
 # Every benchmark at small sizes (seconds each); `make test` runs them too (tests/test_benchmarks.py).
 bench-quick: $(STAMP)
@@ -47,6 +48,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/llm_batching.py --quick
 	$(PY) benchmarks/lock.py --quick
 	$(PY) benchmarks/merge_queue.py --quick
+	$(PY) benchmarks/process_trees.py --quick
 	$(PY) benchmarks/result_cache.py --quick
 	$(PY) benchmarks/scale.py --quick
 	$(PY) benchmarks/sdk_baseline.py --quick

@@ -21,13 +21,14 @@ from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.support.executor import run_command, tail
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
+from taskfleet.activities.support.executor_records import TASK_KEY_VARIABLE, TOKEN_VARIABLE, task_key
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
 from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.support.queue_entry import base_commit_of
 from taskfleet.activities.support.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.support.task_prompt import render_task_prompt
 from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
+from taskfleet.activities.support.executor_policy import task_env_problem
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -343,6 +344,11 @@ class LLMActivities:
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         self.tasks.refuse_state_dir_inside(task.id, task_input.repo)
+        problem = task_env_problem(task.env)
+        if problem:
+            raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup", non_retryable=True)
+        if activity.info().attempt > 1:
+            await self.tasks.end_earlier_attempts(task_input.run_key, task.id)
         try:
             base_commit = base_commit_of(task_input)
             resumed = await self.tasks.worktrees.resumable(
@@ -376,10 +382,11 @@ class LLMActivities:
                     return result
                 log.write(f"[taskfleet] applied edits to {', '.join(touched)}\n".encode())
                 token = self.tasks.executors.new_token()  # as a command task's: reaped if the worker dies
-                env = {**_safe_env(), "TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
+                # The task's own variables: the executor adds only what the worker's rules give a
+                # task (never the API key, nor any other credential the operator did not allow).
+                env = {"TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
                        "TASKFLEET_BASE": task_input.base, "TASKFLEET_WORKTREE": str(worktree.path),
-                       TOKEN_VARIABLE: token}
-                no_detached_git_maintenance(env)
+                       TOKEN_VARIABLE: token, TASK_KEY_VARIABLE: task_key(task_input.run_key, task.id)}
                 try:
                     verified = await run_command(task.verify, worktree.path, env, log, task.timeout_seconds,
                                                  lambda: activity.heartbeat(task.id), "verify",
@@ -442,18 +449,16 @@ def _reply_of(line: dict, batch_id: str) -> LLMReply:
     return LLMReply(custom_id=custom_id, type=kind, error=error or f"the batch reported {kind}", batch_id=batch_id)
 
 
-def _safe_env() -> dict[str, str]:
-    """The verify command's environment: the worker's, without the API credentials."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-
-
 def _commit(worktree: Path, task_id: str, scope: str, run_key: str, summary: str) -> str:
     repo = Repo(worktree)
     try:
         repo.git.add("-A")
         title = f"{task_id}: {scope}" if scope else task_id
         body = (summary.strip() + "\n\n" if summary.strip() else "") + f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}"
-        repo.git.commit("--allow-empty", "-m", title[:200], "-m", body[:4000], env=commit_env(repo))
+        # Hooks off, as for a command task's commit: a hook is code in the clone, and it would run
+        # in the worker's own environment.
+        repo.git(c="core.hooksPath=/dev/null").commit("--no-verify", "--allow-empty", "-m", title[:200],
+                                                      "-m", body[:4000], env=commit_env(repo))
         return repo.head.commit.hexsha
     finally:
         repo.close()

@@ -18,12 +18,15 @@ from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHeld, NotAClone
 from taskfleet.activities.support.executor import CommandResult, run_command, tail
 from taskfleet.activities.support.fence import Fence
-from taskfleet.activities.support.lease import LeaseLock
+from taskfleet.activities.support.lease import LeaseLock, NoWorker
+from taskfleet.activities.support.executor_policy import current_policy, task_env_problem
 from taskfleet.activities.support.executor_records import (
+    TASK_KEY_VARIABLE,
     TOKEN_VARIABLE,
     ExecutorRecords,
     Stragglers,
-    no_detached_git_maintenance,
+    kill_task_processes,
+    task_key,
 )
 from taskfleet.activities.support.git_async import GitError, Heartbeat, _nothing, git, git_run
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
@@ -53,12 +56,14 @@ from taskfleet.core.models.orchestrator import (
     TASK_FAILED,
     TASK_SUCCEEDED,
     BranchClaim,
+    TaskEnvCheck,
     TaskInput,
     TaskResult,
 )
 from taskfleet.core.models.judge import LandInput
 from taskfleet.core.models.review import STAGE_VERIFYING, TaskStage
 from taskfleet.core.names import (
+    ACTIVITY_CHECK_TASK_ENV,
     ACTIVITY_CLAIM_BRANCHES,
     ACTIVITY_LAND_TASK,
     ACTIVITY_RUN_TASK,
@@ -88,12 +93,17 @@ def state_inside(state_dir: Path, repo: str) -> bool:
     return state == root or root in state.parents
 
 
-def _clone_lease(folder: Path):
+def clone_lease(coordination_queue: str):
     """The lease on a clone's claims folder, shared by every pod: one claimer at a time, writing
     under a fencing token recorded beside the claims. Given back by signal: the claim's activity
-    need not wait for the lock to note it (the next claimer is granted once it has)."""
-    lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30)
-    return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
+    need not wait for the lock to note it (the next claimer is granted once it has). One lock per
+    clone whatever queue the run is on: it runs on the coordination queue every worker polls."""
+
+    def hold(folder: Path):
+        lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30, task_queue=coordination_queue)
+        return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
+
+    return hold
 
 
 class TaskActivities:
@@ -149,10 +159,30 @@ class TaskActivities:
             info = described.raw_description.workflow_execution_info
             return described.status == WorkflowExecutionStatus.RUNNING and info.first_run_id == first_run_id
 
+        lease = clone_lease(self.settings.coordination_task_queue)
         try:
-            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), _clone_lease)
+            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), lease)
         except (BranchesHeld, NotAClone) as err:
             raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
+        except NoWorker as err:
+            raise ApplicationError(str(err), type="NoWorker", non_retryable=True) from None
+
+    @activity.defn(name=ACTIVITY_CHECK_TASK_ENV)
+    async def check_task_env(self, check: TaskEnvCheck) -> None:
+        """Refuse a board that asks for worker variables this worker does not give tasks (or lacks)."""
+        problem = task_env_problem(list(check.names)[:1000])
+        if problem:
+            raise ApplicationError(problem, type="EnvNotAllowed", non_retryable=True)
+
+    async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
+        """A retry: whatever an earlier attempt of this task still runs on this machine (its worker
+        killed or cut off from the server) is killed before this attempt starts anything."""
+        killing = asyncio.ensure_future(asyncio.to_thread(kill_task_processes, task_key(run_key, task_id)))
+        while not (await asyncio.wait({killing}, timeout=1.0))[0]:
+            activity.heartbeat(task_id)  # a kill may wait seconds for a process to go
+        killed = killing.result()
+        if killed:
+            activity.logger.warning("task %s: killed %d process(es) an earlier attempt left running", task_id, killed)
 
     @activity.defn(name=ACTIVITY_RUN_TASK)
     async def run_task(self, params: TaskInput) -> TaskResult:
@@ -167,6 +197,8 @@ class TaskActivities:
             result.wait_seconds = max(0.0, (datetime.now(timezone.utc) - scheduled).total_seconds())
         activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, info.attempt)
         await self.executors.reap_now_and_then()
+        if info.attempt > 1:
+            await self.end_earlier_attempts(params.run_key, task.id)
         if not task.worktree:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
             scratch = self.scratch.take()
@@ -292,8 +324,12 @@ class TaskActivities:
     ) -> bool:
         """Executor, then verification, in `cwd`; fills `result` and says whether both passed."""
         task = params.task
+        problem = task_env_problem(task.env)
+        if problem:
+            raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup", non_retryable=True)
+        # The task's own variables; what else of the worker's environment it sees is the worker's
+        # rule (taskfleet.core.task_env), applied by the executor to every command.
         env = {
-            **os.environ,
             "TASKFLEET_TASK_ID": task.id,
             "TASKFLEET_BRANCH": task.branch,
             "TASKFLEET_BASE": params.base,
@@ -308,7 +344,7 @@ class TaskActivities:
             env["TASKFLEET_REVIEW_FILE"] = str(await asyncio.to_thread(_write_review, params, log_path))
         token = self.executors.new_token()
         env[TOKEN_VARIABLE] = token
-        no_detached_git_maintenance(env)
+        env[TASK_KEY_VARIABLE] = task_key(params.run_key, task.id)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
         try:
@@ -340,7 +376,11 @@ class TaskActivities:
 
     async def end_token(self, token: str) -> None:
         """Stop what still carries a finished task's token, then journal the token as ended; when
-        the sweep fails, the token stays journalled, for the reaper once this worker is gone."""
+        the sweep fails, the token stays journalled, for the reaper once this worker is gone. In a
+        PID namespace the kernel has killed everything a command started when it ended: no sweep."""
+        if current_policy().trees.namespaced:
+            self.executors.forget(token)
+            return
         try:
             await self.stragglers.stop(token)
         except Exception as err:  # noqa: BLE001 - the task's own result stands

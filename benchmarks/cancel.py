@@ -32,12 +32,21 @@ from taskfleet.testing import make_git_remote
 TASK_QUEUE = "bench-cancel"
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def processes_with_environ(entry: str) -> list[int]:
+    """Live processes carrying `entry` (NAME=value) in their environment: a task's processes are
+    found by a marker it exports (inside its PID namespace `$$` is not its pid on this machine)."""
+    needle = b"\0" + entry.encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as handle:
+                    if needle in b"\0" + handle.read() + b"\0":
+                        if Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                            found.append(int(name))
+            except (OSError, IndexError):
+                pass
+    return found
 
 
 async def until(check, timeout: float = 120.0, interval: float = 0.01) -> None:
@@ -51,7 +60,7 @@ async def until(check, timeout: float = 120.0, interval: float = 0.01) -> None:
 async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int, task_queue: str) -> dict:
     pids = scratch / f"pids-{time.time_ns()}"
     pids.mkdir(parents=True)
-    run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; exec sleep 3600'
+    run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; export BENCH_CANCEL={pids.name}; exec sleep 3600'
     specs = [TaskSpec(id=f"c{i}", run=run, verify="true", timeout_seconds=3600) for i in range(tasks)]
     handle = await start_board(client, Board(tasks=specs, name="bench-cancel", max_parallel=tasks), str(repo),
                                task_queue=task_queue)
@@ -63,7 +72,7 @@ async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int
         return len(pending) == tasks and all(a.HasField("last_heartbeat_time") for a in pending)
 
     await until(all_heartbeated, interval=0.1)
-    pid_list = [int(p.read_text()) for p in pids.iterdir()]
+    marker = f"BENCH_CANCEL={pids.name}"
     started = time.perf_counter()
     await handle.cancel()
     try:
@@ -78,7 +87,7 @@ async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int
         listed = subprocess.run(["git", "-C", str(repo), "worktree", "list", "--porcelain"],
                                 capture_output=True, text=True, check=True).stdout
         held = [line for line in listed.splitlines() if line.startswith("branch refs/heads/task/")]
-        return not held and not any(alive(pid) for pid in pid_list)
+        return not held and not processes_with_environ(marker)
 
     await until(all_gone)
     gone = time.perf_counter() - started

@@ -9,6 +9,7 @@ so a broken template or unreadable file stops that start with one clear line) an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -32,10 +33,16 @@ from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.task_group import TaskGroupActivities
+from taskfleet.activities.support.executor_policy import ExecutorPolicy, using_policy
+from taskfleet.activities.support.executor_records import TOKEN_VARIABLE
 from taskfleet.activities.support.presence import WorkerPresence
+from taskfleet.activities.support.process_trees import ProcessTreesUnavailable, Watchdog, detect
 from taskfleet.activities.task_runner import TaskActivities
+from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.core.task_env import TaskEnvironment
+from taskfleet.coordination import coordination_worker
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
 from taskfleet.workflows.judge import JudgeWorkflow
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
@@ -81,6 +88,7 @@ class WorkerServices:
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
         self.merge_queue = MergeQueueActivities(settings, self.tasks)
+        self.policy: ExecutorPolicy | None = None  # decided at start: a probe starts a process
         self.started = False
 
     def activities(self) -> list[Callable]:
@@ -92,6 +100,7 @@ class WorkerServices:
             self.tasks.run_task,
             self.tasks.land_task,
             self.tasks.claim_branches,
+            self.tasks.check_task_env,
             *self.llm.activities(),
             self.plans.prepare,
             *self.judges.activities(),
@@ -105,6 +114,7 @@ class WorkerServices:
 
     async def start(self) -> None:
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.policy = await asyncio.to_thread(self._executor_policy)
         names = self.templates.load()
         stats = await asyncio.to_thread(self.lessons.load)
         if stats.malformed_lines:
@@ -123,6 +133,23 @@ class WorkerServices:
         )
         self.started = True
 
+    def _executor_policy(self) -> ExecutorPolicy:
+        """What task processes see and how they die with the worker, decided (and logged) once."""
+        try:
+            trees = detect(self.settings.process_trees)
+        except ProcessTreesUnavailable as err:
+            raise StartupError(str(err)) from None
+        environment = TaskEnvironment(self.settings.task_env)
+        if any(pattern in ("*", "?*") for pattern in environment.allow):
+            log.warning("TASKFLEET_TASK_ENV %s lets tasks see every worker variable, credentials included",
+                        ",".join(environment.allow))
+        log.info("taskfleet task processes: %s", trees.describe())
+        if not trees.namespaced:
+            pid = Watchdog.ensure(TOKEN_VARIABLE)
+            log.info("taskfleet task processes: watchdog pid %d kills this worker's task processes if it dies", pid)
+        log.info("taskfleet task environment: %s", environment.describe())
+        return ExecutorPolicy(environment, trees)
+
     def stop(self) -> None:
         self.started = False
         self.result_cache.close()
@@ -134,7 +161,7 @@ class WorkerServices:
         if client is not None:
             # The presence lease is taken once the worker polls (this worker may be the only one
             # running the lock workflow); tasks wait for it before registering worktrees.
-            presence = WorkerPresence(client, task_queue, self.settings.pod_id)
+            presence = WorkerPresence(client, self.settings.coordination_task_queue, self.settings.pod_id)
             self.tasks.worktrees.presence = presence
             keeper = asyncio.create_task(self._keep_presence(presence), name="taskfleet presence")
         try:
@@ -227,8 +254,24 @@ class TaskfleetPlugin(SimplePlugin):
         notice = await ensure_search_attributes(worker.client)
         if notice:
             log.warning("%s", notice)
-        async with self.services.running(worker.client, worker.task_queue):
-            await next(worker)
+        async with self._coordination(worker), self.services.running(worker.client, worker.task_queue):
+            assert self.services.policy is not None
+            # Every activity task this worker starts inherits its rules (a context variable).
+            with using_policy(self.services.policy):
+                await next(worker)
+
+    def _coordination(self, worker: Worker) -> AbstractAsyncContextManager[Any]:
+        """The lease locks' task queue, polled beside the worker's own (taskfleet/coordination.py).
+        Entered before the services (the presence lease needs it), left after them (their last
+        release reaches it)."""
+        from taskfleet.versioning import UnversionedRunner
+
+        queue = self.settings.coordination_task_queue
+        if worker.task_queue == queue:
+            return contextlib.nullcontext()
+        runner = _with_passthrough(SandboxedWorkflowRunner())
+        assert runner is not None
+        return coordination_worker(worker.client, queue, UnversionedRunner(runner))
 
     def run_replayer(
         self,

@@ -29,6 +29,7 @@ from taskfleet.clients.connection import (
 )
 from taskfleet.core.names import DEFAULT_TASK_QUEUE
 from taskfleet.core.settings import TaskfleetSettings
+from taskfleet.core.task_env import TaskEnvError
 from taskfleet.devserver.session import dev_server_session
 from taskfleet.plugin import TaskfleetPlugin
 
@@ -88,6 +89,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="this worker's version in the deployment (env TASKFLEET_BUILD_ID)",
     )
     parser.add_argument(
+        "--task-env",
+        default=os.environ.get("TASKFLEET_TASK_ENV", ""),
+        help="worker variables task processes may see beyond PATH, HOME, locale, TZ and git identity: "
+        "names or patterns, comma-separated (env TASKFLEET_TASK_ENV; default none)",
+    )
+    parser.add_argument(
+        "--process-trees",
+        choices=("auto", "pid-namespace", "process-group"),
+        default=os.environ.get("TASKFLEET_PROCESS_TREES") or "auto",
+        help="how a task's processes die with it and with the worker: a PID namespace per command "
+        "where allowed (auto), required, or process groups (env TASKFLEET_PROCESS_TREES)",
+    )
+    parser.add_argument(
         "--shutdown-grace-seconds",
         type=float,
         default=float(os.environ.get("TASKFLEET_SHUTDOWN_GRACE_SECONDS", "10")),
@@ -122,6 +136,10 @@ async def run(args: argparse.Namespace) -> None:
         raise StartupError("--max-concurrent-activities must be at least 1")
     runtime = make_runtime(args.metrics_address)
     state_dir = Path(args.state_dir)
+    try:
+        settings = TaskfleetSettings(state_dir=state_dir, task_env=args.task_env, process_trees=args.process_trees)
+    except TaskEnvError as err:
+        raise StartupError(str(err)) from None
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -142,7 +160,7 @@ async def run(args: argparse.Namespace) -> None:
         worker = Worker(
             client,
             task_queue=args.task_queue,
-            plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=state_dir))],
+            plugins=[TaskfleetPlugin(settings)],
             max_concurrent_activities=max_activities,
             graceful_shutdown_timeout=timedelta(seconds=args.shutdown_grace_seconds),
             deployment_config=versioning,

@@ -127,6 +127,26 @@ def git_remote(tmp_path: Path) -> GitRemoteFixture:
 # --- subprocesses -------------------------------------------------------------------------------
 
 
+def processes_with_environ(entry: str) -> list[int]:
+    """Live (not zombie) processes of this machine whose environment holds `entry` (`NAME=value`).
+
+    How tests find a task's processes: inside a task's PID namespace `$$` is not the process's pid
+    on this machine, so a task exports a marker instead and the test looks for it in /proc."""
+    needle = b"\0" + entry.encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = b"\0" + handle.read() + b"\0"
+            if needle in environ and Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
 def python_cmd(*args: str) -> list[str]:
     return [sys.executable, *args]
 

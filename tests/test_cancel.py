@@ -10,7 +10,7 @@ to 1 s (TaskfleetPlugin.configure_worker). The latency itself is a benchmark fig
 from __future__ import annotations
 
 import asyncio
-import os
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,30 +20,23 @@ from temporalio.client import WorkflowFailureError
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.plugin import TaskfleetPlugin
-from tests.conftest import eventually
+from tests.conftest import eventually, processes_with_environ
 
 # Well under the 24 s a cancel waited before: proves the throttle, not a speed.
 CANCEL_BOUND_SECONDS = 12
 
 
 def running_board(pids: Path, n: int) -> Board:
-    run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; exec sleep 600'
+    # The marker lets the test find the tasks' processes in /proc (`$$` is namespace-local).
+    run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; export CANCEL_TEST={pids.name}; exec sleep 600'
     tasks = [TaskSpec(id=f"C{i}", run=run, verify="true", timeout_seconds=3600) for i in range(n)]
     return Board(tasks=tasks, name="cancel", max_parallel=n)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_cancel_stops_running_tasks_without_waiting_for_the_heartbeat_throttle(
     client, make_worker, task_queue, git_remote, settings, tmp_path
 ):
-    pids = tmp_path / "pids"
+    pids = tmp_path / f"pids-{uuid.uuid4().hex[:10]}"
     pids.mkdir()
     async with make_worker() as worker:
         handle = await start_board(client, running_board(pids, 3), str(git_remote.clone), task_queue=task_queue)
@@ -60,12 +53,12 @@ async def test_cancel_stops_running_tasks_without_waiting_for_the_heartbeat_thro
             assert len(pending) == 3 and all(a.HasField("last_heartbeat_time") for a in pending)
 
         await eventually(all_heartbeated, timeout=60)
-        pid_list = [int(p.read_text()) for p in pids.iterdir()]
+        assert len(processes_with_environ(f"CANCEL_TEST={pids.name}")) == 3
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(handle.result(), CANCEL_BOUND_SECONDS)
         assert worker.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
-    assert [pid for pid in pid_list if alive(pid)] == []
+    assert processes_with_environ(f"CANCEL_TEST={pids.name}") == []
     worktrees = settings.worktrees_dir
     assert not worktrees.exists() or [p for p in worktrees.rglob("*") if p.is_dir() and p.parent.parent == worktrees] == []
     for i in range(3):

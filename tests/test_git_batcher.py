@@ -6,7 +6,7 @@ import pytest
 from temporalio import workflow
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from taskfleet.clients.git_batcher import GitBatcherClient
+from taskfleet.clients.git_batcher import GitBatcherClient, op_payload
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp, GitOpsLanded, OpOutcome
 from taskfleet.testing import make_git_remote
 from tests.conftest import GitRemoteFixture, eventually, git, landed_ops, save_history
@@ -142,6 +142,28 @@ async def test_bad_ops_by_signal_are_rejected_and_valid_ops_land(client: Client,
         assert rejected.op == raw
         assert reason in rejected.reason
     assert status.stats.rejected_ops == len(BAD_OPS)
+
+
+async def test_a_list_of_ops_in_one_signal_lands_and_a_bad_one_is_refused_alone(
+    client: Client, make_worker, task_queue, git_remote
+):
+    """`enqueue` takes a list (what GitBatcherClient sends when it holds several ops): each op is
+    taken or refused on its own; an empty or oversized list is refused whole, as one rejection."""
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10)
+    good = [op_payload(commit_op(git_remote, f"many/{i}", op_id=f"many-{i}")[0]) for i in range(3)]
+    async with make_worker():
+        await gb.enqueue(good[0])  # starts the batcher
+        await gb.handle.signal("enqueue", [good[1], BAD_OPS[0][0], good[2], good[1]])
+        await gb.handle.signal("enqueue", [])
+        await gb.handle.signal("enqueue", [good[0]] * 501)
+        result = await gb.flush_now()
+        status = await gb.status()
+        save_history("git_batcher_enqueue_list", (await gb.handle.fetch_history()).to_json())
+    assert sorted(o.branch for o in result.outcomes) == ["many/0", "many/1", "many/2"]  # the repeat landed once
+    assert all(o.status == "landed" for o in result.outcomes)
+    reasons = [r.reason for r in status.rejected]
+    assert len(reasons) == 3 and BAD_OPS[0][1] in reasons[0], reasons
+    assert "holds 0" in reasons[1] and "holds 501" in reasons[2]
 
 
 async def test_bad_op_by_update_is_refused_with_its_reason(client: Client, make_worker, task_queue, git_remote):

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Where each installed package lives in the checkout (pyproject's package-dir mapping).
 SOURCES = {"taskfleet.workflows": ROOT / "workflows", "taskfleet.activities": ROOT / "activities", "taskfleet": ROOT / "taskfleet"}
-TOP = ("taskfleet.clients", "taskfleet.cli", "taskfleet.plugin", "taskfleet.worker", "taskfleet.devserver")
+TOP = ("taskfleet.clients", "taskfleet.cli", "taskfleet.plugin", "taskfleet.coordination", "taskfleet.worker",
+       "taskfleet.devserver")
 
 
 def modules_under(package: str) -> dict[str, Path]:

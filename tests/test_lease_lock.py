@@ -173,6 +173,40 @@ async def test_fencing_token_refuses_the_stale_holder(client: Client, task_queue
     assert (await lock.holders()).holder is None
 
 
+async def test_a_lock_whose_history_is_new_grants_above_what_its_fence_has_seen(
+    client: Client, task_queue: str, lock_worker, tmp_path: Path
+):
+    """A lock workflow that starts over (a server restarted in memory, a lock terminated or reset)
+    counts from 1 again: the holder tells it the fence's highest token, so its grants are admitted
+    without anyone deleting files, and a holder of an older token stays refused."""
+    lock = make_lock(client, task_queue, resource(), lease_seconds=30)
+    fence = Fence(tmp_path / "fence")
+    for _ in range(4):
+        async with lock.hold(fence=fence) as lease:
+            lease.check()
+    old = await lock.acquire("old-history", fence=fence)  # still held when the history ends
+    assert old.token == 5 and fence.highest() == 5
+    await client.get_workflow_handle(lock.workflow_id).terminate(reason="test: a lock history ends")
+    async with lock.hold(fence=fence) as lease:
+        assert lease.token == 6, lease.token  # the new history's first grant, above the fence
+        lease.check()
+        with pytest.raises(StaleLease, match="token 5 is stale: token 6 has acted"):
+            old.check()
+    assert (await lock.holders()).next_token == 7
+    save_history("lease_lock_above_the_fence", (await client.get_workflow_handle(lock.workflow_id).fetch_history()).to_json())
+    assert sorted(p.name for p in (tmp_path / "fence").iterdir()) == [f"{6:020d}"]  # one marker, not one per token
+
+
+def test_the_fence_keeps_one_marker_whatever_the_number_of_tokens(tmp_path: Path):
+    fence = Fence(tmp_path / "fence")
+    for token in range(1, 60):
+        fence.admit(token)
+    assert [p.name for p in (tmp_path / "fence").iterdir()] == [f"{59:020d}"]
+    with pytest.raises(StaleLease):
+        fence.admit(58)
+    assert [p.name for p in (tmp_path / "fence").iterdir()] == [f"{59:020d}"]
+
+
 async def temporal_cli(address: str, *args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         find_temporal_cli(), *args, "--address", address,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ from temporalio.client import Client, WorkflowFailureError
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.boards import BoardError, parse_toml_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
-from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, save_history
+from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, processes_with_environ, save_history
 
 # A real change made by a real command, checked by a real test command.
 WRITE = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'
@@ -105,9 +105,10 @@ async def test_timeout_and_crash_fail_with_reasons_and_leave_no_worktree(client,
 async def test_cancel_kills_processes_removes_worktrees_keeps_landed(client, make_worker, task_queue, git_remote, settings, tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
+    marker = uuid.uuid4().hex  # finds the tasks' processes in /proc (`$$` is namespace-local)
     b = board(4, max_parallel=4)
     for t in b.tasks[2:]:
-        t.run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; sleep 60; ' + WRITE
+        t.run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; export CANCEL_TEST={marker}; sleep 60; ' + WRITE
     async with make_worker():
         handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue, git_max_batch_age_seconds=0.5)
 
@@ -120,10 +121,7 @@ async def test_cancel_kills_processes_removes_worktrees_keeps_landed(client, mak
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await handle.result()
-    for pid_file in pids.iterdir():
-        pid = int(pid_file.read_text())
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    assert processes_with_environ(f"CANCEL_TEST={marker}") == []
     assert leftover_worktrees(settings) == []
     assert git_remote.remote_ref("task/T1") and git_remote.remote_ref("task/T2")
     assert not git_remote.remote_ref("task/T3")

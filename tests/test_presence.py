@@ -105,3 +105,34 @@ async def test_a_lost_presence_lease_is_taken_again_under_a_new_key(
         assert [r.lease for r in registrations(git_remote.clone)] == [old]
     finally:
         await presence.stop()
+
+
+async def test_a_presence_lock_that_starts_over_is_not_taken_for_a_dead_workers(
+    client: Client, task_queue: str, lock_worker, git_remote: GitRemoteFixture, tmp_path: Path
+):
+    """The lock of a live worker's presence loses its history (here terminated; a dev server
+    restarted in memory does the same): a sweeper that meets the new, empty lock first does not
+    take the worker for dead, and the worker takes its lease again under the same key."""
+    alive = WorkerPresence(client, task_queue, pod="pod-v", lease_seconds=2)
+    await alive.start()
+    sweeper = WorkerPresence(client, task_queue, pod="pod-s", lease_seconds=2, alive_recheck_seconds=0)
+    await sweeper.start()
+    try:
+        path = tmp_path / "pod-v" / "w-1"
+        git(git_remote.clone, "worktree", "add", "-q", *alive.worktree_add_args(), "--detach", str(path), "main")
+        lock = alive._lock(alive.pod, alive.key)
+        await client.get_workflow_handle(lock.workflow_id).terminate(reason="test: the lock's history ends")
+        assert await sweeper.sweep(git_remote.clone) == []  # no lock: that says nothing of its worker
+
+        async def taken_again() -> None:
+            status = await lock.holders()
+            assert status.holder is not None and status.holder.holder == alive.lease.holder
+
+        await eventually(taken_again, timeout=30)
+        assert not alive.lease.lost and alive.key == lock.resource.rsplit("/", 1)[1]
+        sweeper._alive.clear()
+        assert await sweeper.sweep(git_remote.clone) == []  # held again: alive
+        assert [r.lease for r in registrations(git_remote.clone)] == [alive.key]
+    finally:
+        await alive.stop()
+        await sweeper.stop()

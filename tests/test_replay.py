@@ -30,6 +30,10 @@ EXPECTED = {
     "merge_queue_bisection",
     "merge_queue_after_continue_as_new",
     "orchestrator_queue_semantic",
+    "lease_lock_above_the_fence",
+    "orchestrator_env_checked",
+    "orchestrator_env_refused",
+    "git_batcher_enqueue_list",
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from taskfleet.activities.task_group import TaskGroupActivities
 from taskfleet.core.models.orchestrator import TaskInput, TaskSpec
 from taskfleet.core.models.task_group import RESULT_TAIL_CHARS, TaskGroupInput
 from taskfleet.plugin import WorkerServices
-from tests.conftest import eventually
+from tests.conftest import eventually, processes_with_environ
 
 
 @pytest.fixture
@@ -52,8 +52,9 @@ async def test_each_task_of_a_group_gets_its_own_result(services, tmp_path):
 async def test_cancelling_a_group_stops_every_task_process(services, tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
-    tasks = [TaskSpec(id=f"s{i}", run=f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; sleep 60', verify="true",
-                      worktree=False) for i in range(3)]
+    marker = uuid.uuid4().hex  # finds the tasks' processes in /proc (`$$` is namespace-local)
+    tasks = [TaskSpec(id=f"s{i}", run=f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; export GROUP_TEST={marker}; sleep 60',
+                      verify="true", worktree=False) for i in range(3)]
     env = ActivityEnvironment()
     running = asyncio.ensure_future(env.run(TaskGroupActivities(services.tasks).run_task_group, group(tasks)))
 
@@ -64,6 +65,4 @@ async def test_cancelling_a_group_stops_every_task_process(services, tmp_path):
     env.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    for pid_file in pids.iterdir():
-        with pytest.raises(ProcessLookupError):
-            os.kill(int(pid_file.read_text()), 0)
+    assert processes_with_environ(f"GROUP_TEST={marker}") == []

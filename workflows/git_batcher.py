@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000
+MAX_OPS_PER_SIGNAL = 500  # ops one `enqueue` signal may carry as a list
 # Bounds of what one run carries into the next (serialized JSON), so the continue-as-new input stays
 # far under the server's 2 MB payload limit whatever clients send: accepted ops still held (queued,
 # pending, in failed batches) up to HELD_OPS_BYTES (new ops are refused past it, never dropped once
@@ -468,7 +469,24 @@ class GitBatchWorkflow:
 
     @workflow.signal(name=SIGNAL_ENQUEUE)
     def enqueue(self, *args: Any) -> None:
-        """Fire-and-forget; a bad op is recorded under `rejected` in `status`, never raised."""
+        """Fire-and-forget; a bad op is recorded under `rejected` in `status`, never raised.
+
+        One op, or a list of up to MAX_OPS_PER_SIGNAL ops (each taken or refused on its own): every
+        signal is a history event, and a burst of separate signals faster than the worker takes them
+        keeps the server from closing a run (continue-as-new) while new ones are pending, so clients
+        send what they hold together (GitBatcherClient does)."""
+        if len(args) == 1 and isinstance(args[0], list):
+            ops = args[0]
+            if not ops or len(ops) > MAX_OPS_PER_SIGNAL:
+                self._reject(SIGNAL_ENQUEUE, args, f"a list of ops must hold 1 to {MAX_OPS_PER_SIGNAL} ops, "
+                                                   f"this one holds {len(ops)}")
+                return
+            for raw in ops:
+                self._enqueue_one((raw,))
+            return
+        self._enqueue_one(args)
+
+    def _enqueue_one(self, args: tuple[Any, ...]) -> None:
         try:
             op = self._parse_op(args)
         except InvalidGitOp as err:

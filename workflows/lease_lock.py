@@ -291,6 +291,12 @@ class LeaseLockWorkflow:
         return self._answer(LEASE_RELEASED, holder, reason="your place in the queue was given up (release)")
 
     def _enqueue(self, request: AcquireRequest) -> None:
+        # A fence has seen tokens up to `min_token` (from an earlier history of this lock, say):
+        # every grant from now on is above it, so the fence admits it. Tokens still only grow.
+        if request.min_token >= self.s.next_token:
+            workflow.logger.info("lock %s: tokens continue above %d, the highest its fence has seen",
+                                 self.config.resource, request.min_token)
+            self.s.next_token = request.min_token + 1
         self._tick()
         if self._holds(request.holder):
             return

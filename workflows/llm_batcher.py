@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000
+PATCH_CAN_BETWEEN_STEPS = "llm-batcher-continue-as-new-between-steps"
 # One create's input must stay under the server's payload limit: a flush is also cut at this size.
 FLUSH_BYTES = 1_500_000
 # Continue-as-new carries pending requests only below this (else they are flushed first).
@@ -116,12 +117,15 @@ class LLMBatchWorkflow:
                 )
             except asyncio.TimeoutError:
                 pass
-            while self._flush_due():
+            # Pending requests too big to carry are flushed even then (see below).
+            while self._flush_due() and not (self._continue_now() and self._carryable()):
                 await self._flush()
             for batch in [b for b in self.s.in_flight if b.batch_id and self._due(b.next_poll_at)]:
+                if self._continue_now():
+                    break  # the rest are polled by the next run: in-flight batches are carried
                 await self._poll(batch)
             if self._should_continue_as_new():
-                if sum(map(_size, self.s.pending)) > CARRY_BYTES:
+                if not self._carryable():
                     self.s.flush_requested = True  # too much to carry: send it first
                     continue
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -130,6 +134,15 @@ class LLMBatchWorkflow:
                 workflow.logger.info("continuing as new: %d pending, %d in flight", len(self.s.pending),
                                      len(self.s.in_flight))
                 workflow.continue_as_new(args=[self.config, self.s])
+
+    def _carryable(self) -> bool:
+        return sum(map(_size, self.s.pending)) <= CARRY_BYTES
+
+    def _continue_now(self) -> bool:
+        """Stop between two flushes or polls when continue-as-new is due, so a run stays within a few
+        events of the server's suggestion however many batches are due (runs recorded before this
+        finished the loop first)."""
+        return self._should_continue_as_new() and workflow.patched(PATCH_CAN_BETWEEN_STEPS)
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()

@@ -33,7 +33,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.board_rows import check_board_settings
     from taskfleet.core.boards import BoardError, validate_board
-    from taskfleet.core.errors import root_cause_message
+    from taskfleet.core.errors import cause_message, root_cause_message
     from taskfleet.core.ids import git_batch_workflow_id, landing_op_id, task_of_landing_op
     from taskfleet.core.models.board_store import (
         PAGE_MAX_BYTES,
@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         TASK_SUCCEEDED,
         BranchClaim,
         OrchestratorInput,
+        TaskEnvCheck,
         OrchestratorProgress,
         OrchestratorResult,
         OrchestratorState,
@@ -70,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.task_group import GROUP_MAX_TASKS, TaskGroupInput, TaskGroupResult
     from taskfleet.core.models.merge_queue import DefaultBranchInput, EntryOutcome, QueueOutcomes
     from taskfleet.core.names import (
+        ACTIVITY_CHECK_TASK_ENV,
         ACTIVITY_CLAIM_BRANCHES,
         ACTIVITY_DEFAULT_BRANCH,
         ACTIVITY_LOAD_BOARD_PAGE,
@@ -85,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_LOCAL_RECORD,
         PATCH_RESULT_FROM_MEMORY,
         PATCH_RUN_KEY_FIRST_RUN,
+        PATCH_TASK_ENV_CHECK,
         QUERY_PROGRESS,
         SIGNAL_FLUSH,
         SIGNAL_GIT_OPS_LANDED,
@@ -108,6 +111,7 @@ TASK_RETRY = RetryPolicy(
     non_retryable_error_types=["BadTaskSetup", "TemplateError"],
 )
 CLAIM_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BranchesHeld"])
+ENV_CHECK_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["EnvNotAllowed"])
 # After a cancel: how long to wait for landing outcomes of ops already sent (they land anyway).
 CANCEL_LANDING_WAIT = timedelta(seconds=60)
 # The board store and the run store are the clone: a lock or a busy disk clears, so retry them
@@ -227,6 +231,7 @@ class OrchestratorWorkflow(QueueLandingMixin):
                 raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
             if not params.repo.startswith("/"):
                 raise ApplicationError(f"repo {params.repo!r} must be an absolute path on the worker", non_retryable=True)
+            await self._check_task_env()
             if not params.board.base:
                 await self._resolve_base()
             if not self.s.run_key:
@@ -286,6 +291,26 @@ class OrchestratorWorkflow(QueueLandingMixin):
             check_board_settings(board, "OrchestratorWorkflow input")
         except BoardError as err:
             raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
+    async def _check_task_env(self) -> None:
+        """A board may only ask for worker variables the worker's operator lets tasks see: the
+        worker knows its allow-list (the CLI does not), so it is asked before anything starts."""
+        params = self.params
+        names = {n for t in params.board.tasks if not t.done for n in t.env}
+        if params.board_ref is not None:
+            names.update(params.board_ref.env)
+        if params.first_page is not None:
+            names.update(n for t in params.first_page.tasks for n in t.env)
+        if not names or not workflow.patched(PATCH_TASK_ENV_CHECK):
+            return
+        try:
+            await workflow.execute_activity(
+                ACTIVITY_CHECK_TASK_ENV, TaskEnvCheck(names=sorted(names)),
+                start_to_close_timeout=timedelta(seconds=30), retry_policy=ENV_CHECK_RETRY,
+                summary=f"check env {', '.join(sorted(names))}"[:200],
+            )
+        except ActivityError as err:
+            raise ApplicationError(f"board refused: {cause_message(err)}", type="EnvNotAllowed",
+                                   non_retryable=True) from None
 
     async def _claim_branches(self) -> None:
         """Refuse to start when another running run holds some of this board's branches."""

@@ -7,6 +7,10 @@ lock): a branch claimed by another run that is still RUNNING refuses the new run
 A claim of a run that has finished (or of an earlier run of the same workflow id) is simply taken
 over, so nothing needs releasing, and a crash leaves nothing to clean.
 
+The folder stays as small as the runs still running: each run lists the files it wrote in a ledger
+(`runs/<hash of the run>`), and every claim first removes the files of runs that are no longer
+running (found stale). Folders from before the ledgers are swept once, whole.
+
 The clone may be shared by pods on several hosts, where flock means nothing: the claim activity
 passes a `guard`, the clone's lease lock (`LeaseLockWorkflow`), and writes under its fencing token.
 Without one (no client at hand) a host-local flock guards the folder.
@@ -55,6 +59,14 @@ def _file(folder: Path, branch: str) -> Path:
     return folder / f"{hashlib.sha256(branch.encode()).hexdigest()[:24]}.json"
 
 
+def _ledger(folder: Path, workflow_id: str, first_run_id: str) -> Path:
+    key = hashlib.sha256(f"{workflow_id}\0{first_run_id}".encode()).hexdigest()[:24]
+    return folder / LEDGERS / key
+
+
+LEDGERS = "runs"  # one ledger per run: a JSON line naming the run, then a branch file name a line
+
+
 class BranchClaims:
     def __init__(self) -> None:
         self._locks = FileLocks()
@@ -78,6 +90,8 @@ class BranchClaims:
         self, folder: Path, claim: BranchClaim, is_running: IsRunning, heartbeat: Heartbeat, check: Callable[[], None]
     ) -> int:
         me = {"workflow_id": claim.workflow_id, "first_run_id": claim.first_run_id}
+        running = _Running(is_running, heartbeat)
+        await self._sweep(folder, (claim.workflow_id, claim.first_run_id), running, check)
         holders: dict[tuple[str, str], list[str]] = {}
         for branch in claim.branches:
             try:
@@ -88,8 +102,7 @@ class BranchClaims:
             if key != (claim.workflow_id, claim.first_run_id):
                 holders.setdefault(key, []).append(branch)
         for (workflow_id, first_run_id), branches in holders.items():
-            heartbeat()
-            if await is_running(workflow_id, first_run_id):
+            if await running(workflow_id, first_run_id):
                 more = f" and {len(branches) - 3} more" if len(branches) > 3 else ""
                 raise BranchesHeld(
                     f"branch(es) {', '.join(branches[:3])}{more} on {claim.repo} are held by run "
@@ -97,6 +110,80 @@ class BranchClaims:
                     f"finish, cancel it, or give this board other branch names"
                 )
         check()  # still the holder of the clone's lease, and no later token has written here
+        ledger = _ledger(folder, claim.workflow_id, claim.first_run_id)
+        ledger.parent.mkdir(exist_ok=True)
+        with open(ledger, "a") as out:  # first the ledger: a file it does not list could never be swept
+            if out.tell() == 0:
+                out.write(json.dumps(me) + "\n")
+            out.writelines(_file(folder, branch).name + "\n" for branch in claim.branches)
         for branch in claim.branches:
             _file(folder, branch).write_text(json.dumps({"branch": branch, **me}))
         return sum(len(b) for b in holders.values())
+
+    async def _sweep(self, folder: Path, me: tuple[str, str], running: _Running, check: Callable[[], None]) -> None:
+        """Remove the claims of runs that are no longer running (under the clone's lease)."""
+        ledgers = folder / LEDGERS
+        if not ledgers.is_dir():
+            await self._sweep_unledgered(folder, running, check)
+            return
+        for ledger in sorted(ledgers.iterdir()):
+            try:
+                lines = ledger.read_text().splitlines()
+                owner = json.loads(lines[0])
+                key = (str(owner["workflow_id"]), str(owner["first_run_id"]))
+            except (OSError, ValueError, KeyError, TypeError, IndexError):
+                lines, key = [], ("", "")
+            if key == me or (key[0] and await running(*key)):
+                continue
+            check()
+            for name in dict.fromkeys(lines[1:]):
+                _remove_if_held(folder / name, key)
+            ledger.unlink(missing_ok=True)
+
+    async def _sweep_unledgered(self, folder: Path, running: _Running, check: Callable[[], None]) -> None:
+        """A folder from before the ledgers: each branch file read once; those of runs that are not
+        running removed, the others listed in their run's ledger."""
+        by_run: dict[tuple[str, str], list[str]] = {}
+        for path in folder.glob("*.json"):
+            try:
+                held = json.loads(path.read_text())
+                by_run.setdefault((str(held["workflow_id"]), str(held["first_run_id"])), []).append(path.name)
+            except (OSError, ValueError, KeyError, TypeError):
+                path.unlink(missing_ok=True)
+        check()
+        (folder / LEDGERS).mkdir(exist_ok=True)
+        for key, names in by_run.items():
+            if await running(*key):
+                with open(_ledger(folder, *key), "a") as out:
+                    if out.tell() == 0:
+                        out.write(json.dumps({"workflow_id": key[0], "first_run_id": key[1]}) + "\n")
+                    out.writelines(name + "\n" for name in names)
+            else:
+                for name in names:
+                    _remove_if_held(folder / name, key)
+
+
+class _Running:
+    """`is_running`, asked once per run within one claim."""
+
+    def __init__(self, is_running: IsRunning, heartbeat: Heartbeat) -> None:
+        self.is_running, self.heartbeat = is_running, heartbeat
+        self.known: dict[tuple[str, str], bool] = {}
+
+    async def __call__(self, workflow_id: str, first_run_id: str) -> bool:
+        key = (workflow_id, first_run_id)
+        if key not in self.known:
+            self.heartbeat()
+            self.known[key] = await self.is_running(workflow_id, first_run_id)
+        return self.known[key]
+
+
+def _remove_if_held(path: Path, key: tuple[str, str]) -> None:
+    """Remove a branch file unless another run has taken the branch over since."""
+    try:
+        held = json.loads(path.read_text())
+        if (str(held["workflow_id"]), str(held["first_run_id"])) != key:
+            return
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    path.unlink(missing_ok=True)

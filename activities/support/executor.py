@@ -1,8 +1,10 @@
 """Running a board's command (executor or verification) in a task's worktree.
 
 The command line is the board author's, run with `sh -c`; task fields never enter it, they reach
-it as environment variables. It runs in its own process group, so a timeout or a cancelled
-activity kills everything it started. Output goes to the task's log file, not to memory.
+it as environment variables. It sees only what the worker's rules give a task of the worker's
+environment, and runs in a PID namespace of its own (or its own process group: see
+`process_trees.py`), so a timeout, a cancelled activity or the worker's death kills everything it
+started. Output goes to the task's log file, not to memory.
 
 A command with no shell syntax at all (`pytest -q tests`, `sleep 0.5`) is started directly, as
 make does: the same argv `sh` would have run, one process fewer to start per command.
@@ -24,6 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from taskfleet.activities.support.executor_policy import current_policy
+from taskfleet.activities.support.executor_records import no_detached_git_maintenance
 
 TAIL_BYTES = 4096
 
@@ -141,19 +146,6 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return hook
 
 
-@functools.cache
-def _setpriv() -> str | None:
-    """util-linux `setpriv`, which sets PR_SET_PDEATHSIG and execs the command.
-
-    Preferred to a `preexec_fn`: with one, Python cannot vfork and runs Python code in the child
-    before exec (~8 ms of the worker's event loop per command, measured); `setpriv` keeps vfork. Its
-    window between fork and prctl (a worker killed in that instant) is closed by the executor
-    records, which kill a dead worker's process groups at the next start."""
-    if not sys.platform.startswith("linux") or os.environ.get("TASKFLEET_NO_SETPRIV"):
-        return None
-    return shutil.which("setpriv")
-
-
 def _runnable(program: str, cwd: Path, env: dict[str, str]) -> bool:
     if "/" in program:
         path = program if os.path.isabs(program) else os.path.join(cwd, program)
@@ -163,18 +155,22 @@ def _runnable(program: str, cwd: Path, env: dict[str, str]) -> bool:
 
 def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, stdin: BinaryIO | None = None,
            stdout: BinaryIO | None = None) -> subprocess.Popen:
+    """Start `command` under the worker's rules: the environment they give a task, and its process
+    tree in a PID namespace of its own (or its own process group), dying with the worker."""
+    policy = current_policy()
+    env = policy.environment.build(env)
+    no_detached_git_maintenance(env)
+    trees = policy.trees
     options = dict(
         cwd=str(cwd), env=env, stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=stdout if stdout is not None else log, stderr=log if stdout is not None else subprocess.STDOUT,
         start_new_session=True,
     )
     argv = direct_argv(command)
-    setpriv = _setpriv()
-    if setpriv is not None:
-        wrapper = [setpriv, "--pdeathsig", "KILL", "--"]
+    if not trees.preexec:
         if argv is None or not _runnable(argv[0], cwd, env):
             argv = ["sh", "-c", command]  # not found, not executable: `sh` says so, exit 127/126
-        return subprocess.Popen(wrapper + argv, **options)
+        return subprocess.Popen([*trees.prefix, *argv], **options)
     options["preexec_fn"] = _die_with_parent_hook()
     if argv is not None:
         try:
@@ -199,9 +195,12 @@ async def run_command(
 ) -> CommandResult:
     """Run `command` to completion or timeout, its output appended to `log` (opened `a+b` by the caller).
 
-    `on_start(pid)` hears the new process group's id (the leader's pid), e.g. to record it on disk.
-    `stdin` (a file to read) is its input, else nothing; with `stdout` its standard output goes
-    there and only its standard error to `log` (a judge's stdout is its verdict's reasons).
+    `env` holds the command's own variables (the task's `TASKFLEET_*`); what else it sees of the
+    worker's environment is decided by the worker's rules (`taskfleet.core.task_env`), whatever the
+    caller passes. `on_start(pid)` hears the new process group's id (the leader's pid), e.g. to
+    record it on disk. `stdin` (a file to read) is its input, else nothing; with `stdout` its
+    standard output goes there and only its standard error to `log` (a judge's stdout is its
+    verdict's reasons).
     """
     started = time.monotonic()
     log.write(f"\n$ ({label}) {command}\n".encode())

@@ -11,6 +11,7 @@ reused by an unrelated program once its group is empty.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import secrets
 import signal
@@ -19,6 +20,13 @@ import time
 from pathlib import Path
 
 TOKEN_VARIABLE = "TASKFLEET_EXEC_TOKEN"
+# Every command of one task (all its attempts, on any worker) carries the same key: a retry kills
+# whatever an earlier attempt left running on this machine before it starts anything itself.
+TASK_KEY_VARIABLE = "TASKFLEET_TASK_KEY"
+
+
+def task_key(run_key: str, task_id: str) -> str:
+    return hashlib.sha256(f"{run_key}\0{task_id}".encode()).hexdigest()[:24]
 
 
 def process_alive(pid: int) -> bool:
@@ -34,7 +42,6 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-_TOKEN_PREFIX = f"{TOKEN_VARIABLE}=".encode()
 
 
 def no_detached_git_maintenance(env: dict[str, str]) -> None:
@@ -51,20 +58,21 @@ def no_detached_git_maintenance(env: dict[str, str]) -> None:
     env["GIT_CONFIG_COUNT"] = str(count)
 
 
-def _token_of(environ: bytes) -> str:
-    """The executor token in a process's environment (`/proc/<pid>/environ`), or ""."""
-    if environ.startswith(_TOKEN_PREFIX):
-        start = len(_TOKEN_PREFIX)
+def _token_of(environ: bytes, variable: str = TOKEN_VARIABLE) -> str:
+    """The value of `variable` in a process's environment (`/proc/<pid>/environ`), or ""."""
+    prefix = f"{variable}=".encode()
+    if environ.startswith(prefix):
+        start = len(prefix)
     else:
-        start = environ.find(b"\0" + _TOKEN_PREFIX)
+        start = environ.find(b"\0" + prefix)
         if start < 0:
             return ""
-        start += 1 + len(_TOKEN_PREFIX)
+        start += 1 + len(prefix)
     end = environ.find(b"\0", start)
     return environ[start:end if end >= 0 else len(environ)].decode(errors="replace")
 
 
-def _scan(tokens: set[str]) -> tuple[list[int], list[int]]:
+def _scan(tokens: set[str], variable: str = TOKEN_VARIABLE) -> tuple[list[int], list[int]]:
     """One pass over /proc: live processes carrying one of the tokens, and user processes whose
     environment read empty. A process in the middle of `execve` (a `setsid` child turning into its
     command, just as its task ends) shows an empty environment for a moment: it is looked at again."""
@@ -79,7 +87,7 @@ def _scan(tokens: set[str]) -> tuple[list[int], list[int]]:
         except OSError:
             continue
         if environ:
-            if _token_of(environ) in tokens and process_alive(pid):
+            if _token_of(environ, variable) in tokens and process_alive(pid):
                 found.append(pid)
         elif pid not in _STABLY_EMPTY and _user_process(pid):
             unsure.append(pid)
@@ -110,7 +118,7 @@ def processes_with_token(token: str) -> list[int]:
     return processes_with_tokens({token})
 
 
-def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0) -> int:
+def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0, variable: str = TOKEN_VARIABLE) -> int:
     """Stop every live process carrying one of the tokens, again until none is left or `wait`
     seconds have passed (a process may fork as it dies); how many were signalled. With `grace`,
     SIGTERM first and SIGKILL only for what is still there `grace` seconds later: a git process
@@ -119,7 +127,7 @@ def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0) -> int:
     started = time.monotonic()
     looks_again = 5  # passes more while only processes in the middle of an exec were seen
     while time.monotonic() - started < wait:
-        pids, unsure = _scan(tokens)
+        pids, unsure = _scan(tokens, variable)
         if not pids:
             if not unsure:
                 break
@@ -162,6 +170,15 @@ def kill_stragglers(tokens: set[str], wait: float = 3.0, grace: float = 1.0) -> 
     if not sys.platform.startswith("linux") or not tokens:
         return 0
     return _kill_carriers(tokens, wait, grace)
+
+
+def kill_task_processes(key: str, wait: float = 10.0) -> int:
+    """SIGKILL every process of this machine carrying the task key (an earlier attempt's, whatever
+    worker started it and whether or not it still lives); returns once none is left, or after
+    `wait` seconds. How many were signalled. Linux only (elsewhere: 0)."""
+    if not sys.platform.startswith("linux") or not key:
+        return 0
+    return _kill_carriers({key}, wait, variable=TASK_KEY_VARIABLE)
 
 
 class Stragglers:

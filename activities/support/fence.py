@@ -4,8 +4,15 @@ A lease can end while its holder still runs (a paused or partitioned pod): the l
 higher token to someone else. Before each guarded step the holder calls `Fence.admit(token)`: it
 records that `token` acted on the resource and refuses (`StaleLease`) when a higher token already
 did. Each token is its own marker file, created with O_EXCL, so two writers never overwrite each
-other and no cross-host file lock is needed. This narrows, it does not close, the window between the
-check and the step; the lease (renewed well before it ends) covers the rest.
+other and no cross-host file lock is needed; admitting a token removes every marker below it, so the
+folder holds one marker (a few while holders race), not one per token ever issued. This narrows, it
+does not close, the window between the check and the step; the lease (renewed well before it ends)
+covers the rest.
+
+Across lock histories: a lock whose workflow is new (a dev server restarted in memory, a lock reset
+or terminated, another namespace) counts its tokens from 1 again, below what the fence has seen. So
+a holder tells the lock the fence's highest token when it asks (`min_token`), and the lock grants
+above it: the clone is never bricked, and a holder of an older token is still refused.
 """
 
 from __future__ import annotations
@@ -13,7 +20,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-KEEP = 16  # markers below the newest that are kept (older ones are removed, best effort)
 
 
 class StaleLease(RuntimeError):
@@ -48,9 +54,14 @@ class Fence:
             os.close(os.open(self.directory / f"{token:020d}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:
             pass
-        self.check(token)
+        try:
+            self.check(token)
+        except StaleLease:
+            (self.directory / f"{token:020d}").unlink(missing_ok=True)  # below the highest: nobody needs it
+            raise
+        # Only markers below our own token go: the highest marker always stays.
         for name in os.listdir(self.directory):
-            if name.isdigit() and int(name) < token - KEEP:
+            if name.isdigit() and int(name) < token:
                 try:
                     os.unlink(self.directory / name)
                 except FileNotFoundError:

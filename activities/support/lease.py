@@ -17,7 +17,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -34,6 +34,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.activities.support.fence import Fence
+from taskfleet.activities.support.queue_watch import UNSERVED_SECONDS, unserved
 from taskfleet.core.errors import root_cause_message
 from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import (
@@ -66,6 +67,17 @@ _FINAL_CODES = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.PERMISSION_DENIED,
 
 class LeaseError(RuntimeError):
     """The lock refused the request (bad input, too many waiters) or could not be reached in time."""
+
+
+class NoWorker(LeaseError):
+    """The lock's workflow waits on a task queue no worker polls: the message names the queue."""
+
+
+class _Moved(Exception):
+    """A lock stranded on a queue nobody polls was ended, to start again on ours: ask again."""
+
+
+WATCH_EVERY = 1.0  # while a call waits: how often to ask whether anyone serves the lock's queue
 
 
 class LeaseLost(RuntimeError):
@@ -101,6 +113,11 @@ class Lease:
             self.fence.check(self.token)
 
 
+async def _fence_highest(fence: Optional[Fence]) -> int:
+    """What the lock must grant above: the highest token the fence has admitted (0 without one)."""
+    return 0 if fence is None else await asyncio.to_thread(fence.highest)
+
+
 def default_holder() -> str:
     """`<pod>/<pid>#<8 hex>`: who holds (readable in `holders`) and unique per acquisition."""
     return f"{pod_id()}/{os.getpid()}#{uuid.uuid4().hex[:8]}"
@@ -119,8 +136,10 @@ class LeaseLock:
         wait_seconds: float = 5.0,
         acquire_timeout: Optional[float] = None,
         config: Optional[LeaseLockConfig] = None,
+        unserved_after: float = UNSERVED_SECONDS,
     ) -> None:
         self.client = client
+        self.unserved_after = unserved_after
         self.resource = resource
         self.task_queue = task_queue
         self.lease_seconds = lease_seconds
@@ -140,7 +159,8 @@ class LeaseLock:
     async def acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Lease:
         """Wait (FIFO) until granted. Raises `LeaseError` if refused or past `acquire_timeout`."""
         holder = holder or default_holder()
-        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=self.wait_seconds)
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=self.wait_seconds,
+                                 min_token=await _fence_highest(fence))
         give_up = None if self.acquire_timeout is None else time.monotonic() + self.acquire_timeout
         try:
             while True:
@@ -167,7 +187,8 @@ class LeaseLock:
     async def try_acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Optional[Lease]:
         """The lease if it is free right now (nobody holds it, nobody waits), else None at once."""
         holder = holder or default_holder()
-        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0)
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0,
+                                 min_token=await _fence_highest(fence))
         give_up = time.monotonic() + (self.acquire_timeout or 30.0)
         sent = time.monotonic()
         grant = await self._call(self._acquire_once, request, give_up)
@@ -276,7 +297,9 @@ class LeaseLock:
         delay = 0.05
         while True:
             try:
-                return await fn(request)
+                return await self._watched(fn(request))
+            except _Moved:
+                continue
             except WorkflowUpdateFailedError as err:
                 raise LeaseError(f"lock {self.resource}: {root_cause_message(err)}") from None
             except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
@@ -287,6 +310,34 @@ class LeaseLock:
                 log.info("lock %s: retrying after %s", self.resource, root_cause_message(err))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    async def _watched(self, call: Awaitable[LeaseGrant]) -> LeaseGrant:
+        """The call's answer, unless the lock's workflow waits on a task queue no worker polls: then
+        `NoWorker` naming the queue, within seconds instead of a silent wait. A lock an older
+        taskfleet started on a task queue of its own (where nobody polls any more) is ended instead
+        and asked again: it starts over on our queue, and fencing keeps that safe (see fence.py)."""
+        task = asyncio.ensure_future(call)
+        try:
+            while not (await asyncio.wait({task}, timeout=WATCH_EVERY))[0]:
+                stuck = await unserved(self.client, self.workflow_id, self.unserved_after)
+                if stuck is None:
+                    continue
+                if stuck.task_queue != self.task_queue:
+                    log.warning("lock %s: %s; ending it, to start again on task queue %s",
+                                self.resource, stuck.describe(), self.task_queue)
+                    await self._handle().terminate(
+                        reason=f"taskfleet: no worker polls task queue '{stuck.task_queue}'; the lock starts again "
+                               f"on '{self.task_queue}'")
+                    raise _Moved()
+                raise NoWorker(
+                    f"lock {self.resource}: {stuck.describe()}; start a taskfleet worker (every taskfleet worker "
+                    f"polls '{self.task_queue}', where taskfleet's locks run)"
+                )
+            return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _keep_renewed(self, lease: Lease) -> None:
         """Renew every third of the lease. Failures are retried for as long as the lease is held:
@@ -300,6 +351,16 @@ class LeaseLock:
                 grant = await self.renew(lease)
             except asyncio.CancelledError:
                 raise
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    if await self._history_gone(lease):
+                        return
+                elif not failing:
+                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
+                                root_cause_message(err))
+                failing = True
+                period = min(max(lease.lease_seconds / 10, 0.1), 1.0)
+                continue
             except Exception as err:  # noqa: BLE001 - retried; check() guards the meantime
                 if not failing:
                     log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
@@ -315,6 +376,29 @@ class LeaseLock:
                 lease.lost = grant.reason
                 return
             period = max(lease.lease_seconds / 3, 0.1)
+
+    async def _history_gone(self, lease: Lease) -> bool:
+        """The lock's workflow no longer exists (a dev server restarted in memory, a lock terminated):
+        a fenced lease is lost (its holder stops; the fence refuses it anyway once a new token acts).
+        An unfenced one (a worker's presence) is taken again under the same holder, from a lock that
+        starts over: it still names a live worker. True when the lease ended."""
+        if lease.fence is not None:
+            lease.lost = f"the lock's workflow {self.workflow_id} is gone (a new lock history)"
+            log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)
+            return True
+        request = AcquireRequest(holder=lease.holder, lease_seconds=lease.lease_seconds, wait_seconds=0.0)
+        sent = time.monotonic()
+        try:
+            grant = await self._watched(self._acquire_once(request))
+        except Exception as err:  # noqa: BLE001 - asked again at the next renewal
+            log.info("lock %s is new; taking the lease again failed, retrying: %s", self.resource,
+                     root_cause_message(err))
+            return False
+        if grant.status == LEASE_GRANTED:
+            log.warning("lock %s started over (its workflow was gone): lease taken again, token %d",
+                        self.resource, grant.token)
+            lease.token, lease.grant, lease.deadline = grant.token, grant, sent + grant.lease_seconds
+        return False
 
     async def _abandon(self, holder: str) -> None:
         """Leave the queue (token 0), or release a lease granted after we stopped waiting."""

@@ -21,7 +21,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Optional
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.activities.support.lease import Lease, LeaseLock
 from taskfleet.activities.support.shared_clone import Registration, owner_reason, registrations
@@ -62,6 +63,7 @@ class WorkerPresence:
         self.lease: Optional[Lease] = None
         self._stack: Optional[AsyncExitStack] = None
         self._alive: dict[str, float] = {}  # other keys found alive -> when to ask again
+        self._missing_since: dict[str, float] = {}  # keys whose lock was not found -> since when
         self._own_keys: set[str] = {self.key}  # keys this process held: its pool discards those slots
         self._ready: Optional[asyncio.Event] = None
         self._renewing: Optional[asyncio.Lock] = None
@@ -129,6 +131,15 @@ class WorkerPresence:
     def worktree_add_args(self) -> tuple[str, ...]:
         return ("--lock", "--reason", self.reason)
 
+    async def _lock_running(self, lock: LeaseLock) -> bool:
+        try:
+            described = await self.client.get_workflow_handle(lock.workflow_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return described.status == WorkflowExecutionStatus.RUNNING
+
     async def sweep(self, clone: str | Path) -> list[Path]:
         """Remove the worktree registrations of dead workers in `clone`; returns their paths.
 
@@ -146,6 +157,15 @@ class WorkerPresence:
             if self._alive.get(key, 0.0) > now:
                 continue
             lock = self._lock(pod, key)
+            if not await self._lock_running(lock):
+                # No such lock (a server that started over, a lock closed after idling): that says
+                # nothing of its worker, which takes its lease again at its next renewal. Taken for
+                # gone only if it has not after two whole leases.
+                first = self._missing_since.setdefault(key, now)
+                if now - first < 2 * self.lease_seconds:
+                    self._alive[key] = first + 2 * self.lease_seconds
+                    continue
+            self._missing_since.pop(key, None)
             lease = await lock.try_acquire(holder=f"sweeper {self.pod}/{self.key}")
             if lease is None:
                 self._alive[key] = now + self.alive_recheck_seconds

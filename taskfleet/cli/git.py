@@ -16,6 +16,7 @@ from taskfleet.cli.common import client_for, to_json
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
+from taskfleet.clients.served import served
 from taskfleet.core.models.git_batch import BatchResult, GitBatchConfig, GitBatchStatus, GitOp
 
 
@@ -59,7 +60,7 @@ async def git_enqueue(args: argparse.Namespace) -> int:
     op = _op_from_args(args)
     if args.wait:
         try:
-            op_id = await gb.submit(op)
+            op_id = await served(client, gb.workflow_id, gb.submit(op), "the git batcher's answer")
         except WorkflowUpdateFailedError as err:
             print(f"refused: {err.cause}", file=sys.stderr)
             return 1
@@ -77,7 +78,7 @@ async def git_flush(args: argparse.Namespace) -> int:
         await gb.flush()
         print(f"flush requested on {gb.workflow_id}")
         return 0
-    result = await gb.flush_now()
+    result = await served(client, gb.workflow_id, gb.flush_now(), "the flush")
     if args.json:
         print(to_json(result))
     else:

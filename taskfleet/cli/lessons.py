@@ -11,6 +11,7 @@ from dataclasses import asdict
 from temporalio.client import WorkflowFailureError
 
 from taskfleet.cli.common import client_for
+from taskfleet.clients.served import NoWorkerServes, served
 from taskfleet.core.errors import root_cause_message
 from taskfleet.core.models.lessons import LessonQuery, LessonsAnswer
 from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
@@ -26,14 +27,18 @@ async def lessons(args: argparse.Namespace) -> int:
             most_frequent=args.most_frequent, limit=args.limit,
         )
     client = await client_for(args)
+    handle = await client.start_workflow(
+        LESSONS_QUERY_WORKFLOW, query, id=f"taskfleet-lessons-{uuid.uuid4().hex[:8]}",
+        task_queue=args.task_queue, result_type=LessonsAnswer,
+    )
     try:
-        answer: LessonsAnswer = await client.execute_workflow(
-            LESSONS_QUERY_WORKFLOW, query, id=f"taskfleet-lessons-{uuid.uuid4().hex[:8]}",
-            task_queue=args.task_queue, result_type=LessonsAnswer,
-        )
+        answer: LessonsAnswer = await served(client, handle.id, handle.result(), "the lessons query")
     except WorkflowFailureError as err:  # the worker refused the query (a bad date, a bad limit)
         print(f"taskfleet: lessons query refused: {root_cause_message(err)}", file=sys.stderr)
         return 2
+    except NoWorkerServes:
+        await handle.terminate(reason="taskfleet lessons: no worker polls this task queue")
+        raise
     if args.json:
         print(json.dumps(asdict(answer) if query else asdict(answer.stats), indent=2))
         return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from typing import Any
@@ -39,6 +40,10 @@ from taskfleet.core.names import (
 
 __all__ = ["GitBatcherClient", "git_batch_workflow_id", "op_payload"]
 
+# One `enqueue` signal carries at most this many ops, and this much JSON (the batcher takes 500).
+SIGNAL_MAX_OPS = 200
+SIGNAL_MAX_BYTES = 256 * 1024
+
 
 def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = DEFAULT_TASK_QUEUE) -> str:
     """The batcher's workflow id for a clone (relative paths resolved here), remote and task queue."""
@@ -53,21 +58,53 @@ class GitBatcherClient:
         self.config = config
         self.task_queue = task_queue
         self.workflow_id = git_batch_workflow_id(config.repo, config.remote, task_queue)
+        self._outbox: list[tuple[Any, asyncio.Future]] = []  # ops waiting for the next signal
+        self._sender: asyncio.Future | None = None
 
     @property
     def handle(self) -> WorkflowHandle:
         return self.client.get_workflow_handle(self.workflow_id)
 
     async def enqueue(self, op: GitOp | dict[str, Any]) -> None:
-        """Signal-with-start: fire and forget; a bad op shows up under `rejected` in `status`."""
+        """Signal-with-start: returns once the op is with the server; a bad op shows up under
+        `rejected` in `status`. Ops enqueued while this client's previous signal is on its way go
+        together in the next one (a list): a burst costs the batcher a few history events, not one
+        per op, so it can continue as new while the burst goes on."""
+        sent = asyncio.get_running_loop().create_future()
+        self._outbox.append((op_payload(op), sent))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._send_outbox())
+        await asyncio.shield(sent)
 
-        async def start(options: dict[str, Any]) -> Any:
-            return await self.client.start_workflow(
-                GIT_BATCH_WORKFLOW, self.config, start_signal=SIGNAL_ENQUEUE,
-                start_signal_args=[op_payload(op)], **options,
-            )
+    async def _send_outbox(self) -> None:
+        while self._outbox:
+            taken, size = [], 0
+            while self._outbox and len(taken) < SIGNAL_MAX_OPS:
+                cost = len(json.dumps(self._outbox[0][0], default=str))
+                if taken and size + cost > SIGNAL_MAX_BYTES:
+                    break
+                taken.append(self._outbox.pop(0))
+                size += cost
+            payload: Any = taken[0][0] if len(taken) == 1 else [op for op, _ in taken]
 
-        await with_start_options(start, self.config, self.task_queue)
+            async def start(options: dict[str, Any]) -> Any:
+                return await self.client.start_workflow(
+                    GIT_BATCH_WORKFLOW, self.config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[payload],
+                    **options,
+                )
+
+            try:
+                await with_start_options(start, self.config, self.task_queue)
+            except BaseException as err:  # each caller hears it; the next ones are still sent
+                for _, sent in taken:
+                    if not sent.done():
+                        sent.set_exception(err if isinstance(err, Exception) else RuntimeError(str(err)))
+                if not isinstance(err, Exception):
+                    raise
+                continue
+            for _, sent in taken:
+                if not sent.done():
+                    sent.set_result(None)
 
     async def submit(self, op: GitOp | dict[str, Any]) -> str:
         """Update-with-start: returns the accepted op id, or raises with the reason it was refused."""

@@ -39,10 +39,12 @@ from taskfleet.core.models.board_store import (
     RefusedTask,
 )
 from taskfleet.core.store_refs import board_ref
+from taskfleet.core.task_env import env_name_problem
 
 FORMAT_VERSION = 1
 STORE_PAGE_ROWS = 500  # rows per stored page blob
 STORE_PAGE_BYTES = 256 * 1024  # or fewer, when rows are big
+ENV_NAMES_MAX = 256  # distinct `env` names a reference lists (each task is checked again as it runs)
 
 
 class BoardStoreError(RuntimeError):
@@ -69,6 +71,7 @@ def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: 
     page_bytes = 0
     total = 0
     done = 0
+    env = _EnvNames(head.settings.get("env"))
 
     def flush() -> None:
         nonlocal page, page_bytes
@@ -88,6 +91,8 @@ def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: 
         page_bytes += len(line)
         total += 1
         done += bool(item.row and item.row.get("done") is True)
+        if item.row and item.row.get("done") is not True:
+            env.add(item.row.get("env"))
     flush()
     if not total:
         raise BoardError(f"{source or head.name}: the board has no tasks")
@@ -100,7 +105,23 @@ def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: 
     tree = write_tree(repo, [("board.json", manifest_blob)], [("pages", write_tree(repo, entries))])
     keep(repo, board_ref(tree), tree)
     return BoardReference(board_id=tree, tasks=total, open_tasks=total - done, name=head.name, format=head.format,
-                          source=source)
+                          source=source, env=env.names())
+
+
+class _EnvNames:
+    """The worker variables a board's open tasks ask for, so a worker can refuse the board before
+    anything starts. Rows whose `env` is malformed are left out (each fails alone when loaded)."""
+
+    def __init__(self, board_wide: Any) -> None:
+        self.seen: set[str] = set()
+        self.add(board_wide)
+
+    def add(self, value: Any) -> None:
+        if isinstance(value, list) and len(self.seen) < ENV_NAMES_MAX:
+            self.seen.update(v for v in value if isinstance(v, str) and not env_name_problem(v))
+
+    def names(self) -> list[str]:
+        return sorted(self.seen)[:ENV_NAMES_MAX]
 
 
 class BoardReader:

@@ -17,6 +17,7 @@ from taskfleet.core.judge_board_keys import JUDGE_KEYS, judge_fields_problem
 from taskfleet.core.llm_board_keys import ANTHROPIC, LLM_KEYS, llm_fields_problem
 from taskfleet.core.merge_queue_validation import queue_board_problem
 from taskfleet.core.models.orchestrator import Board, TaskSpec
+from taskfleet.core.task_env import env_names_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,7 +28,8 @@ MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
 QUEUE_KEYS = ("queue_verify", "queue_target", "queue_max_batch", "queue_max_wait_seconds", "queue_retries")
 LANDINGS = ("push", "merge", "queue")
 BOARD_KEYS = {"name", "base", "max_parallel", "land", "run", "verify", "template", "task_type",
-              "activity_type", "timeout_seconds", "refresh", "worktree", "tasks", *QUEUE_KEYS} | set(LLM_KEYS) | set(JUDGE_KEYS)
+              "activity_type", "timeout_seconds", "refresh", "worktree", "env", "tasks", *QUEUE_KEYS} \
+    | set(LLM_KEYS) | set(JUDGE_KEYS)
 TASK_KEYS = {f.name for f in fields(TaskSpec)} - {"acceptance"}
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -139,7 +141,7 @@ def board_wide(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 DEFAULTABLE = ("run", "verify", "template", "task_type", "activity_type", "timeout_seconds", "refresh", "worktree",
-               *LLM_KEYS, *JUDGE_KEYS)
+               "env", *LLM_KEYS, *JUDGE_KEYS)
 
 
 def spec_from_row(row: dict[str, Any], allowed: set[str] | frozenset[str], settings: dict[str, Any],
@@ -175,6 +177,9 @@ def _with_defaults(spec: TaskSpec, settings: dict[str, Any], explicit: set[str],
             raise BoardError(f"{where}: '{name}' must be true or false")
     if not isinstance(spec.timeout_seconds, (int, float)) or spec.timeout_seconds <= 0:
         raise BoardError(f"{where}: timeout_seconds must be a number > 0")
+    problem = env_names_problem(spec.env)
+    if problem:
+        raise BoardError(f"{where}: {problem}")
     problem = llm_fields_problem(spec) or judge_fields_problem(spec)
     if problem:
         raise BoardError(f"{where}: {problem}")
@@ -214,7 +219,7 @@ def validate_board(board: Board, source: str = "board") -> Board:
         if task.branch in (board.base, board.queue_target):
             raise BoardError(f"{source}: task {task.id} works on the branch it lands on, {task.branch}")
         branches[task.branch] = task.id
-        problem = llm_fields_problem(task) or judge_fields_problem(task)
+        problem = llm_fields_problem(task) or judge_fields_problem(task) or env_names_problem(task.env)
         if problem:
             raise BoardError(f"{source}: task {task.id}: {problem}")
         if not task.done:

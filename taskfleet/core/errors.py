@@ -10,3 +10,10 @@ def root_cause_message(err: BaseException) -> str:
     while err.__cause__ is not None:
         err = err.__cause__
     return str(err) or type(err).__name__
+
+
+def cause_message(err: BaseException) -> str:
+    """The innermost cause's own message, without the `Type: ` an ApplicationError's str() adds."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return getattr(err, "message", None) or str(err) or type(err).__name__

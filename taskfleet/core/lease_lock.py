@@ -17,6 +17,7 @@ from taskfleet.core.models.lease_lock import (
     DEFAULT_LEASE_SECONDS,
     MAX_HOLDER_CHARS,
     MAX_LEASE_SECONDS,
+    MAX_TOKEN,
     MAX_WAIT_SECONDS,
     MIN_LEASE_SECONDS,
     AcquireRequest,
@@ -71,14 +72,18 @@ def _seconds(value: Any, name: str, low: float, high: float, what: str) -> float
 
 
 def parse_acquire(args: Sequence[Any]) -> AcquireRequest:
-    """`{"holder", "lease_seconds"?, "wait_seconds"?}` or `holder[, lease_seconds[, wait_seconds]]`."""
-    data = _one_object(args, ("holder", "lease_seconds", "wait_seconds"), "acquire")
+    """`{"holder", "lease_seconds"?, "wait_seconds"?, "min_token"?}` or the same as positional args."""
+    data = _one_object(args, ("holder", "lease_seconds", "wait_seconds", "min_token"), "acquire")
+    min_token = data.get("min_token", 0)
+    if isinstance(min_token, bool) or not isinstance(min_token, int) or not 0 <= min_token < MAX_TOKEN:
+        raise InvalidLeaseMessage(f"acquire: 'min_token' must be a whole number from 0 to {MAX_TOKEN - 1}")
     return AcquireRequest(
         holder=_holder(data.get("holder"), "acquire"),
         lease_seconds=_seconds(
             data.get("lease_seconds", DEFAULT_LEASE_SECONDS), "lease_seconds", MIN_LEASE_SECONDS, MAX_LEASE_SECONDS, "acquire"
         ),
         wait_seconds=_seconds(data.get("wait_seconds", 5.0), "wait_seconds", 0.0, MAX_WAIT_SECONDS, "acquire"),
+        min_token=min_token,
     )
 
 

@@ -6,6 +6,9 @@ they cannot collide with a user's own activities on the same worker.
 """
 
 DEFAULT_TASK_QUEUE = "taskfleet"
+# Where coordination workflows that must be one per resource (lease locks: a clone's branch claims,
+# a worker's presence) run: every taskfleet worker polls it beside its own task queue.
+COORDINATION_TASK_QUEUE = "taskfleet-coordination"
 
 # --- workflow types ---------------------------------------------------------------------------
 GIT_BATCH_WORKFLOW = "GitBatchWorkflow"
@@ -65,6 +68,7 @@ ACTIVITY_QUERY_LESSONS = "taskfleet_query_lessons"
 ACTIVITY_RECORD_LESSON = "taskfleet_record_lesson"
 ACTIVITY_LESSONS_STATS = "taskfleet_lessons_stats"
 ACTIVITY_CLAIM_BRANCHES = "taskfleet_claim_branches"
+ACTIVITY_CHECK_TASK_ENV = "taskfleet_check_task_env"
 ACTIVITY_LLM_PREPARE = "taskfleet_llm_prepare"
 ACTIVITY_LLM_SUBMIT = "taskfleet_llm_submit"
 ACTIVITY_LLM_CALL_DIRECT = "taskfleet_llm_call_direct"
@@ -96,6 +100,8 @@ PATCH_PREFIXED_ACTIVITIES = "taskfleet-prefixed-activity-names"
 # Orchestrator changes guarded for replay (each id is recorded in the histories that use it).
 PATCH_RUN_KEY_FIRST_RUN = "taskfleet-run-key-first-run-id"
 PATCH_CLAIM_BRANCHES = "taskfleet-claim-branches"
+# A board whose tasks ask for worker variables (`env`) is checked against the worker's allow-list first.
+PATCH_TASK_ENV_CHECK = "taskfleet-task-env-check"
 
 # --- boards by reference and the run store (issue 15) ------------------------------------------
 ACTIVITY_STORE_BOARD = "taskfleet_store_board"

@@ -6,7 +6,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from taskfleet.core.names import COORDINATION_TASK_QUEUE
 from taskfleet.core.pod import pod_id
+from taskfleet.core.task_env import ALLOW_VARIABLE, parse_allow_list
 
 
 def _env_path(name: str) -> Path | None:
@@ -40,6 +42,18 @@ class TaskfleetSettings:
     pod_id: str = field(default_factory=pod_id)
     # In-memory part of the activity result cache; the rest is SQLite under the state dir.
     result_cache_memory_bytes: int = 64 * 1024 * 1024
+    # Worker variables task processes may see beyond the minimal base: names or shell-style
+    # patterns (env TASKFLEET_TASK_ENV, "NPM_TOKEN,PIP_*"; default none). See taskfleet.core.task_env.
+    task_env: tuple[str, ...] = field(default_factory=lambda: parse_allow_list(os.environ.get(ALLOW_VARIABLE)))
+    # How a task's processes die with it: "auto" (a PID namespace per command where the kernel
+    # allows it, else process groups), "pid-namespace" (required) or "process-group" (env
+    # TASKFLEET_PROCESS_TREES). See activities/support/process_trees.py.
+    process_trees: str = field(default_factory=lambda: os.environ.get("TASKFLEET_PROCESS_TREES") or "auto")
+    # The task queue every taskfleet worker also polls, for the lease locks (one per resource, so
+    # not per queue). Every worker of a namespace must agree (env TASKFLEET_COORDINATION_QUEUE).
+    coordination_task_queue: str = field(
+        default_factory=lambda: os.environ.get("TASKFLEET_COORDINATION_QUEUE") or COORDINATION_TASK_QUEUE
+    )
 
     def __post_init__(self) -> None:
         # Absolute once, here, from the worker's working directory: git resolves a relative path
@@ -51,6 +65,7 @@ class TaskfleetSettings:
             self.lessons_dir = _absolute(self.lessons_dir)
         if self.templates_dir is not None:
             self.templates_dir = _absolute(self.templates_dir)
+        self.task_env = parse_allow_list(self.task_env)  # a string or a list: names and patterns, checked
 
     @property
     def logs_dir(self) -> Path:

@@ -24,6 +24,7 @@ MAX_LEASE_SECONDS = 24 * 3600.0
 # asks again. Bounded so updates finish (continue-as-new waits for them) and dead waiters are found.
 MAX_WAIT_SECONDS = 60.0
 MAX_HOLDER_CHARS = 200
+MAX_TOKEN = 2**53  # tokens stay exact in JSON
 
 
 @dataclass
@@ -53,6 +54,9 @@ class AcquireRequest:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     # How long this call may wait in the workflow before answering `waiting` (0: answer at once).
     wait_seconds: float = 5.0
+    # The highest token the caller's fence has seen: this lock grants only above it from now on (a
+    # lock whose history is new would otherwise count from 1, below what the fence refuses).
+    min_token: int = 0
 
 
 @dataclass

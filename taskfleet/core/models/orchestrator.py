@@ -35,6 +35,9 @@ class TaskSpec:
     # false: a task that changes nothing (a check, a report) runs in a scratch folder, with no
     # worktree, commit or landing
     worktree: bool = True
+    # worker variables the task needs (names); each must be one the worker's operator lets tasks
+    # see (TASKFLEET_TASK_ENV), or the board is refused before anything starts
+    env: list[str] = field(default_factory=list)
     # --- the built-in Claude implementer (issue 13; `implementer = "anthropic"` instead of `run`) ---
     implementer: str = ""  # "" (the `run` command) or "anthropic"
     model: str = ""  # "": env TASKFLEET_MODEL on the worker, else taskfleet's default model
@@ -50,6 +53,13 @@ class TaskSpec:
     judge_template: str = "judge.j2"
     judge_max_tokens: int = 4096
     judge_run: str = ""  # a command: the diff on stdin; exit 0 approve, 2 revise, else reject
+
+
+@dataclass
+class TaskEnvCheck:
+    """Input of `taskfleet_check_task_env`: the worker variables a board's tasks ask for."""
+
+    names: list[str] = field(default_factory=list)
 
 
 @dataclass

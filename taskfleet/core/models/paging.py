@@ -20,6 +20,9 @@ class BoardReference:
     name: str = "board"
     format: str = "toml"
     source: str = ""  # the file it was read from, for people
+    # every worker variable its tasks ask for (`env`, board-wide and per task): checked against the
+    # worker's allow-list before anything starts
+    env: list[str] = field(default_factory=list)
 
 
 @dataclass
