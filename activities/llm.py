@@ -381,6 +381,8 @@ class LLMActivities:
                     result.output_tail = tail(log)
                     return result
                 log.write(f"[taskfleet] applied edits to {', '.join(touched)}\n".encode())
+                # The commit holds the model's edits, never what verification leaves behind.
+                await asyncio.to_thread(_stage, worktree.path, touched)
                 token = self.tasks.executors.new_token()  # as a command task's: reaped if the worker dies
                 # The task's own variables: the executor adds only what the worker's rules give a
                 # task (never the API key, nor any other credential the operator did not allow).
@@ -449,10 +451,25 @@ def _reply_of(line: dict, batch_id: str) -> LLMReply:
     return LLMReply(custom_id=custom_id, type=kind, error=error or f"the batch reported {kind}", batch_id=batch_id)
 
 
-def _commit(worktree: Path, task_id: str, scope: str, run_key: str, summary: str) -> str:
+def _stage(worktree: Path, touched: list[str]) -> None:
+    """Stage exactly the paths the edits touched (a deleted one is staged as deleted)."""
+    paths = list(dict.fromkeys(touched))
+    present = [p for p in paths if os.path.lexists(worktree / p)]
+    gone = [p for p in paths if p not in present]
     repo = Repo(worktree)
     try:
-        repo.git.add("-A")
+        if present:
+            repo.git.add("-A", "--", *present)
+        if gone:  # deleted, or made and deleted again by a later edit
+            repo.git.rm("--cached", "-q", "-r", "--ignore-unmatch", "--", *gone)
+    finally:
+        repo.close()
+
+
+def _commit(worktree: Path, task_id: str, scope: str, run_key: str, summary: str) -> str:
+    """Commit what `_stage` staged: the model's edits."""
+    repo = Repo(worktree)
+    try:
         title = f"{task_id}: {scope}" if scope else task_id
         body = (summary.strip() + "\n\n" if summary.strip() else "") + f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}"
         # Hooks off, as for a command task's commit: a hook is code in the clone, and it would run

@@ -264,7 +264,7 @@ class TaskActivities:
                 await self._land(params, result)
             return
 
-        if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result):
+        if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result, stage=True):
             return
         try:
             result.commit = await _commit(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
@@ -320,9 +320,14 @@ class TaskActivities:
         return commit if (await git_run(worktree.path, "reset", "-q", "--hard", commit)).code == 0 else ""
 
     async def _execute(
-        self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult
+        self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult,
+        stage: bool = False,
     ) -> bool:
-        """Executor, then verification, in `cwd`; fills `result` and says whether both passed."""
+        """Executor, then verification, in `cwd`; fills `result` and says whether both passed.
+
+        With `stage`, the executor's work is staged before verification runs: the commit holds what
+        the executor changed, never what verification leaves behind (bytecode, coverage, build output).
+        """
         task = params.task
         problem = task_env_problem(task.env)
         if problem:
@@ -356,6 +361,8 @@ class TaskActivities:
                 if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                     result.output_tail = tail(log)
                     return False
+                if stage:  # seconds on a large tree: keep heartbeating
+                    await git(cwd, "add", "-A", heartbeat=heartbeat)
                 if params.report_stages:
                     await report_stage(params, STAGE_VERIFYING)
                 verified = await run_command(
@@ -515,7 +522,7 @@ async def _commit(
     worktree: Path, task_id: str, scope: str, branch: str, base_commit: str, run_key: str,
     heartbeat: Heartbeat = _nothing,
 ) -> str:
-    """Commit whatever the worktree holds onto the task's branch, wherever the executor left HEAD.
+    """Commit what the executor staged onto the task's branch, wherever the executor left HEAD.
 
     Executors (agents) may commit, switch or create branches: the task's work is the worktree's
     content, on top of the executor's own commits when they build on the base. When HEAD is still
@@ -523,7 +530,6 @@ async def _commit(
     with plumbing (write-tree, commit-tree) and the task branch set to it. Either way the branch
     that is pushed carries the task's work.
     """
-    await git(worktree, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: keep heartbeating
     title = f"{task_id}: {scope}" if scope else task_id
     message = ("-m", title[:200], "-m", f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}")
     repo = Repo(worktree)

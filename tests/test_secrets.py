@@ -130,12 +130,14 @@ async def test_no_credential_reaches_a_task_a_commit_a_log_or_a_history(
     assert "TASKFLEET_TASK_ID=E1" in seen and "PATH=" in seen  # the task's environment really was written
     assert git(remote, "show", f"{tasks['E1']['commit']}:leak.txt") == ""
     assert git(remote, "show", f"{tasks['E2']['commit']}:npm.txt") == npm  # allowed, and asked for
-    claude_verify = git(remote, "show", f"{tasks['L1']['commit']}:verify-env.txt")
-    assert "TASKFLEET_TASK_ID=L1" in claude_verify
+    # Verification's own output is never part of the change: it is in the task's log, not the commit.
+    assert "verify-env.txt" not in git(remote, "ls-tree", "-r", "--name-only", tasks["E1"]["commit"])
+    assert "verify-env.txt" not in git(remote, "ls-tree", "-r", "--name-only", tasks["L1"]["commit"])
 
     objects = every_object(remote)
     logs = {p: p.read_bytes() for p in state.rglob("*") if p.is_file() and p.suffix != ".sqlite"}
     assert any(b"TASKFLEET_TASK_ID=E3" in data for data in logs.values())  # the scratch task's `env` is logged
+    assert any(b"TASKFLEET_TASK_ID=L1" in data for data in logs.values())  # so is the Claude task's verify `env`
     worker_log = (tmp_path / "worker.log").read_bytes()
     for name, value in values.items():
         # The value nowhere; the name never as an environment entry (`NAME=`): the board's own
