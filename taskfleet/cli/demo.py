@@ -103,7 +103,7 @@ async def demo(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    config = load_connect_config(args.address or "localhost:7233", args.namespace)
+    config = load_connect_config(args.address, args.namespace)  # TEMPORAL_ADDRESS or a profile, as every command
     state_dir = Path(args.state_dir).resolve()
     try:
         board = load_board(args.board)
