@@ -1,4 +1,4 @@
-"""Fleet scale (issue 15): a 20,000-task board runs with every payload small and bounded state.
+"""Fleet scale: a 20,000-task board runs with every payload small and bounded state.
 
 The board goes by reference, tasks are loaded a page at a time, outcomes go to the run store; the
 history-event cap is set low, so the run continues as new many times, and the recorded history of
