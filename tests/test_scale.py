@@ -12,7 +12,7 @@ import pytest
 from taskfleet.clients.board_store import store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
-from taskfleet.scale_harness import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
+from taskfleet.testing.scale import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
 from tests.conftest import WorkerProcess
 
 TASKS = 20_000

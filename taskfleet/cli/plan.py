@@ -42,7 +42,7 @@ async def _offline(args: argparse.Namespace) -> AsyncIterator[Planning]:
     from taskfleet.clients.connection import load_connect_config
     from taskfleet.core.settings import TaskfleetSettings
     from taskfleet.devserver.session import dev_server_session
-    from taskfleet.llm_standin import StandIn
+    from taskfleet.testing.standin import StandIn
     from taskfleet.plugin import TaskfleetPlugin
     from temporalio.worker import Worker
 
