@@ -1,0 +1,101 @@
+"""The git batcher's intake: what makes a message one acceptable git op, and room to hold it.
+
+Anyone may send the batcher anything (the `temporal` CLI included), so an op is parsed and checked
+here before it is accepted, and nothing a client sends may escape a handler. Accepted ops are
+held until they land or fail, across continue-as-new, so the bytes held are bounded: past
+HELD_OPS_BYTES new ops are refused (never dropped once accepted). A refused op whose sender named
+`reply_to` gets a `failed` outcome, so no caller waits for nothing.
+
+Used by `GitBatchWorkflow` (workflows/git_batcher.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from taskfleet.core.bounded import args_problem, json_size
+    from taskfleet.core.git_op_validation import InvalidGitOp, parse_git_op
+    from taskfleet.core.models.git_batch import OUTCOME_FAILED, GitOp, OpOutcome
+
+MAX_OPS_PER_SIGNAL = 500  # ops one `enqueue` signal may carry as a list
+RECENT_REJECTIONS = 100
+RECENT_IDS = 5_000  # op ids remembered, so a repeat is ignored
+# Accepted ops still held (queued, pending, in failed batches) up to this much serialized JSON; one
+# op is at most 64 KiB. (A landing op is ~350 bytes: ~2,200 of them fit.)
+HELD_OPS_BYTES = 768 * 1024
+FAILED_BATCH_OVERHEAD = 2 * 1024  # what a failed batch adds to the held bytes, beside its ops
+REASON_CHARS = 500
+
+
+class HeldOps:
+    """The bytes of accepted, unfinished ops (and failed batches) the batcher holds and carries."""
+
+    def __init__(self) -> None:
+        self._op_bytes: dict[str, int] = {}
+        self.total = 0
+
+    def hold(self, op: GitOp) -> None:
+        size = json_size(op)
+        self._op_bytes[op.id] = size
+        self.total += size
+
+    def release(self, ops: list[GitOp]) -> None:
+        for op in ops:
+            self.total -= self._op_bytes.pop(op.id, 0)
+
+    def hold_failed_batches(self, count: int = 1) -> None:
+        self.total += FAILED_BATCH_OVERHEAD * count
+
+    def release_failed_batches(self, count: int = 1) -> None:
+        self.total -= FAILED_BATCH_OVERHEAD * count
+
+    def room_problem(self, op: GitOp, seen: set[str]) -> Optional[str]:
+        """Why the batcher cannot hold one more op right now (its carried state is full), or None."""
+        if op.id and op.id in seen:
+            return None  # a repeat costs nothing
+        size = json_size(op)
+        if self.total + size > HELD_OPS_BYTES:
+            return (
+                f"the batcher holds {self.total // 1024} KiB of unfinished ops (limit "
+                f"{HELD_OPS_BYTES // 1024} KiB): send again once queued batches have landed"
+            )
+        return None
+
+
+def parse_op(args: tuple[Any, ...], held: HeldOps, seen: set[str]) -> GitOp:
+    """The one git op in a message's arguments, or InvalidGitOp saying what is wrong with them."""
+    problem = args_problem(args, "git op (a JSON object)")
+    if problem:
+        raise InvalidGitOp(problem)
+    try:
+        op = parse_git_op(args[0])
+    except InvalidGitOp:
+        raise
+    except Exception as err:  # noqa: BLE001 - nothing a client sends may escape a handler
+        raise InvalidGitOp(f"unreadable git op ({type(err).__name__})") from None
+    room = held.room_problem(op, seen)
+    if room:
+        raise InvalidGitOp(room)
+    return op
+
+
+def refusal_notice(args: tuple[Any, ...], reason: str) -> Optional[tuple[str, OpOutcome]]:
+    """A refused op that names `reply_to` and `id`: its sender and the `failed` outcome it gets."""
+    raw = args[0] if len(args) == 1 else None
+    if not isinstance(raw, dict):
+        return None
+    listener, op_id = raw.get("reply_to"), raw.get("id")
+    if not (isinstance(listener, str) and isinstance(op_id, str) and 0 < len(listener) <= 1000 and 0 < len(op_id) <= 200):
+        return None
+    op_type, branch = raw.get("op_type"), raw.get("branch")
+    outcome = OpOutcome(
+        op_id=op_id,
+        op_type=op_type if isinstance(op_type, str) and len(op_type) < 20 else "",
+        branch=branch if isinstance(branch, str) and len(branch) <= 255 else "",
+        status=OUTCOME_FAILED,
+        reason=f"refused by the git batcher: {reason}",
+    )
+    return listener, outcome

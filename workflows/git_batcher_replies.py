@@ -1,0 +1,113 @@
+"""The git batcher's replies: outcomes signalled to each op's sender, and results updates wait on.
+
+Every op may name a `reply_to` workflow: once its batch has run (or the op was refused), that
+workflow gets signal `git_ops_landed` with the outcomes of its ops, one signal per listener per
+batch; a listener that is gone never blocks the batcher. The `flush_now` and `retry` updates
+wait for the run of their batches that ends after the call, and get those batches' result.
+
+Used by `GitBatchWorkflow` (workflows/git_batcher.py), which owns one `Replies` and one `BatchWaits`.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from taskfleet.core.models.git_batch import (
+        BATCH_COMPLETED,
+        BATCH_FAILED,
+        BatchResult,
+        GitBatch,
+        GitOpsLanded,
+        OpOutcome,
+    )
+    from taskfleet.core.names import SIGNAL_GIT_OPS_LANDED
+
+
+class Replies:
+    """Signals `git_ops_landed` to the senders of ops: refused ones' at once, landed ones' per batch."""
+
+    def __init__(self, repo: str, remote: str) -> None:
+        self.repo = repo
+        self.remote = remote
+        # Refused ops whose sender named a `reply_to`: told at once, so no caller waits for nothing.
+        self._notices: list[tuple[str, OpOutcome]] = []
+
+    @property
+    def pending(self) -> bool:
+        """Refusals not told yet."""
+        return bool(self._notices)
+
+    def add_notice(self, listener: str, outcome: OpOutcome) -> None:
+        self._notices.append((listener, outcome))
+
+    async def send_notices(self) -> None:
+        while self._notices:
+            notices, self._notices = self._notices, []
+            by_listener: dict[str, list[OpOutcome]] = {}
+            for listener, outcome in notices:
+                by_listener.setdefault(listener, []).append(outcome)
+            await self._signal_outcomes("", by_listener)
+
+    async def notify(self, batch: GitBatch) -> None:
+        """Signal `git_ops_landed` to every op's `reply_to`; a vanished listener never blocks us."""
+        by_listener: dict[str, list[OpOutcome]] = {}
+        reply_to = {op.id: op.reply_to for op in batch.ops}
+        for outcome in batch.outcomes:
+            listener = reply_to.get(outcome.op_id)
+            if listener:
+                by_listener.setdefault(listener, []).append(outcome)
+        await self._signal_outcomes(batch.id, by_listener)
+
+    async def _signal_outcomes(self, batch_id: str, by_listener: dict[str, list[OpOutcome]]) -> None:
+        for listener, outcomes in by_listener.items():
+            message = GitOpsLanded(batch_id, self.repo, self.remote, outcomes)
+            try:
+                await workflow.get_external_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message)
+            except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
+                workflow.logger.warning("could not tell %s about %s: %s", listener, batch_id or "a refused op", err)
+
+
+class BatchWaits:
+    """Results of batches that an update (flush_now, retry) waits on, by batch id; only those."""
+
+    def __init__(self) -> None:
+        self._awaited: dict[str, int] = {}
+        self._finished: dict[str, BatchResult] = {}
+
+    def awaited(self, batch_id: str) -> bool:
+        return batch_id in self._awaited
+
+    def finish(self, batch: GitBatch) -> None:
+        """The batch has run: keep its result if an update waits on it."""
+        if batch.id in self._awaited:
+            self._finished[batch.id] = BatchResult(
+                batch_id=batch.id,
+                status=batch.status,
+                outcomes=list(batch.outcomes),
+                error=f"{batch.id}: {batch.error}" if batch.status == BATCH_FAILED else "",
+                batch_ids=[batch.id],
+            )
+
+    async def wait_for(self, batches: list[GitBatch]) -> BatchResult:
+        """The fate of these batches' next run: only a run that ends after this call counts."""
+        ids = [b.id for b in batches]
+        for i in ids:
+            self._finished.pop(i, None)
+            self._awaited[i] = self._awaited.get(i, 0) + 1
+        try:
+            await workflow.wait_condition(lambda: all(i in self._finished for i in ids))
+        finally:
+            for i in ids:
+                self._awaited[i] -= 1
+                if not self._awaited[i]:
+                    del self._awaited[i]
+        done = [self._finished[i] if i in self._awaited else self._finished.pop(i) for i in ids]
+        failed = [r for r in done if r.status == BATCH_FAILED]
+        return BatchResult(
+            batch_id=ids[-1],
+            status=BATCH_FAILED if failed else BATCH_COMPLETED,
+            outcomes=[o for r in done for o in r.outcomes],
+            error="; ".join(r.error for r in failed),
+            batch_ids=ids,
+        )
