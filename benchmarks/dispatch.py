@@ -68,6 +68,9 @@ async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
         "history_runs": result.stats.runs,
         "largest_history_length": result.stats.largest_history_length,
         "pushes": result.stats.pushes,
+        # Task done -> its landing reported (the run's `stats.landing_seconds`), per landed task.
+        "landing_overhead_ms_per_task": round(
+            result.stats.landing_seconds * 1000 / max(1, sum(t.landed for t in result.tasks)), 2),
     }
 
 
@@ -103,6 +106,7 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
         "baseline_efficiency_runs": baseline,
         "taskfleet_failed": sum(r["failed"] for r in ours),
         "taskfleet_overhead_ms_per_task": statistics.median(r["overhead_ms_per_task"] for r in ours),
+        "landing_overhead_ms_per_task": statistics.median(r["landing_overhead_ms_per_task"] for r in ours),
     }
     if extra:
         figures["worktree_only_baseline_efficiency"] = statistics.median(worktree_only)
