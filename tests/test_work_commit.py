@@ -160,3 +160,45 @@ def test_a_renamed_folder_makes_the_changes_unknown(tmp_path: Path):
         assert watch.take() == {"fresh", "fresh/g"}
     finally:
         watch.close()
+
+
+WRITER = r"""
+import sys
+from pathlib import Path
+from taskfleet.activities.support.work_commit import commit_tree, snapshot
+worktree, base = Path(sys.argv[1]), sys.argv[2]
+i = 0
+while True:
+    i += 1
+    (worktree / "churn").mkdir(exist_ok=True)
+    (worktree / "churn" / f"f{i % 50}.txt").write_text(f"{i}\n" * 2000)
+    tree = snapshot(worktree, base, ["churn"])
+    commit_tree(worktree, "task/kill", base, tree, f"commit {i}\n")
+    print(i, flush=True)
+"""
+
+
+async def test_kill_9_in_the_middle_of_commits_leaves_a_repository_fsck_accepts(
+        git_remote: GitRemoteFixture, tmp_path: Path):
+    base = git(git_remote.clone, "rev-parse", "main")
+    pool = WorktreePool(tmp_path / "slots", "p1")
+    worktree = await pool.take(str(git_remote.clone), "task/kill", base)
+    import sys
+
+    from tests.conftest import ROOT
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(worktree.path), base], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(20):  # a few commits made: it is in the middle of writing objects and refs
+            assert writer.stdout.readline(), "the writer stopped"
+    finally:
+        writer.kill()
+        writer.wait()
+        writer.stdout.close()
+    done = subprocess.run(["git", "fsck", "--strict", "--no-progress"], cwd=git_remote.clone,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "error" not in done.stderr and "missing" not in done.stdout
+    tip = git(git_remote.clone, "rev-parse", "task/kill")  # the branch names a whole commit
+    assert git(git_remote.clone, "cat-file", "-t", tip) == "commit"
+    await pool.drain()

@@ -189,6 +189,14 @@ class SlotWatch:
             os.close(self._fd)
             self._fd = -1
 
+    def __del__(self) -> None:  # a slot dropped without its pool's drain: its fd is not kept
+        fd = getattr(self, "_fd", -1)
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
 
 def watch(root: Path) -> SlotWatch | None:
     """A watch on a slot, or None when watching is off or impossible here."""
