@@ -26,7 +26,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from taskfleet.core.git_objects import GitStoreError, open_repository
+from taskfleet.core.git_objects import GitStoreError, common_dir, open_repository
 
 
 class CommitRefused(Exception):
@@ -53,7 +53,7 @@ def _filtered(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[str]) 
         except OSError:
             pass
     try:
-        texts.append(Path(repo.path, "info", "attributes").read_bytes())
+        texts.append(Path(common_dir(repo), "info", "attributes").read_bytes())
     except OSError:
         pass
     if any(b"filter" in text for text in texts):
@@ -68,16 +68,27 @@ def _smudged(repo: pygit2.Repository, tree: pygit2.Tree) -> bool:
     """Whether git would change a file's bytes on checkout (line endings, ident, filter programs)."""
     if _config(repo, "core.autocrlf").lower() == "true" or _config(repo, "core.eol").lower() == "crlf":
         return True
+    return _attributes_say(repo, tree, (b"filter", b"ident", b"eol", b"encoding"))
+
+
+def _converted(repo: pygit2.Repository, tree: pygit2.Tree) -> bool:
+    """Whether `git add` may change a file's bytes (line endings: autocrlf, `text` attributes)."""
+    if _config(repo, "core.autocrlf").lower() in ("true", "input"):
+        return True
+    return _attributes_say(repo, tree, (b"filter", b"ident", b"eol", b"encoding", b"text", b"crlf"))
+
+
+def _attributes_say(repo: pygit2.Repository, tree: pygit2.Tree, words: tuple[bytes, ...]) -> bool:
     texts = []
     try:
         texts.append(tree[".gitattributes"].data)
     except (KeyError, AttributeError):
         pass
     try:
-        texts.append(Path(repo.path, "info", "attributes").read_bytes())
+        texts.append(Path(common_dir(repo), "info", "attributes").read_bytes())
     except OSError:
         pass
-    return any(word in text for text in texts for word in (b"filter", b"ident", b"eol", b"encoding"))
+    return any(word in text for text in texts for word in words)
 
 
 def _entry(tree: pygit2.Tree, path: str):
@@ -91,9 +102,14 @@ def _changes(repo: pygit2.Repository, base: pygit2.Tree, paths: Iterable[str]) -
     """{path: (blob id, mode) or None (gone)} for the files at `paths` as they are on disk."""
     root = repo.workdir
     filemode = repo.config.get_bool("core.fileMode") if "core.fileMode" in repo.config else True
+    # With no line-ending or text attributes, a file's blob is its bytes: read directly, without
+    # libgit2 loading the attributes for every file.
+    raw = not _converted(repo, base)
     out: dict[str, tuple | None] = {}
 
     def add_file(rel: str, st: os.stat_result) -> None:
+        if rel in out:
+            return
         in_base = _entry(base, rel)
         if in_base is None and repo.path_is_ignored(rel):
             return  # as `git add -A`: an ignored new file is not added
@@ -106,7 +122,11 @@ def _changes(repo: pygit2.Repository, base: pygit2.Tree, paths: Iterable[str]) -
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & stat.S_IXUSR else FileMode.BLOB
         else:
             mode = FileMode(in_base.filemode) if in_base is not None and in_base.type_str == "blob" else FileMode.BLOB
-        out[rel] = (repo.create_blob_fromworkdir(rel), mode)
+        if raw:
+            with open(os.path.join(root, rel), "rb") as file:
+                out[rel] = (repo.create_blob(file.read()), mode)
+        else:
+            out[rel] = (repo.create_blob_fromworkdir(rel), mode)
 
     for raw in sorted(set(paths)):
         rel = _clean(raw)

@@ -99,7 +99,7 @@ def open_repository(repo: str | Path) -> pygit2.Repository:
             if problem:
                 raise GitStoreError(problem) from None
         raise GitStoreError(f"{key} is not a git repository: {err}") from None
-    problem = supported_problem(_common_dir(handle))
+    problem = supported_problem(common_dir(handle))
     if problem:
         raise GitStoreError(problem)
     if len(cache) > 64:
@@ -108,7 +108,7 @@ def open_repository(repo: str | Path) -> pygit2.Repository:
     return handle
 
 
-def _common_dir(handle: pygit2.Repository) -> str:
+def common_dir(handle: pygit2.Repository) -> str:
     path = Path(handle.path)
     try:
         text = (path / "commondir").read_text().strip()
