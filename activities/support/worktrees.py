@@ -3,8 +3,9 @@
 `git worktree add` checks out the whole tree and `remove` deletes it: seconds on a large
 repository, and both take the clone's shared files, so they ran one at a time per clone. A pool
 slot is instead reset to the task's base with `git checkout -B <branch> <base>`, which rewrites only
-the files that differ; after the task, the slot is scrubbed (`reset --hard`, `clean -ffdx`) off the
-task's critical path and goes back on the free list; a task that finds no free slot while some
+the files that differ; after the task, the slot is scrubbed off the task's critical path (only the
+paths its commands touched, when its watch knows them and its index is untouched; else `reset
+--hard`, `clean -ffdx`) and goes back on the free list; a task that finds no free slot while some
 are being scrubbed waits for the first of them rather than checking out a new one (a whole tree).
 New slots are added (and old ones removed)
 under a per-clone lock that tasks wait for on the event loop, heartbeating.
