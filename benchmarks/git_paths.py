@@ -247,6 +247,15 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
         # commit: the tree with the changed paths, and the commit (the branch is moved in `refs`)
         made = {}
 
+        def fresh(way: str) -> None:
+            """New content before each way: none of them finds its objects already written."""
+            for path in touched:
+                if (slot / path).is_file():
+                    with open(slot / path, "a") as out:
+                        out.write(f"{way} {i}\n")
+
+        fresh("pygit2")
+
         def pygit2_commit() -> None:
             who = pygit2.Signature("b", "b@b")
             tree = snapshot(slot, base, touched)
@@ -259,6 +268,7 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
             base_tree = batch.read(base).split(b"\n", 1)[0].split()[1].decode()  # "tree <id>"
             new = batch.edit_tree(base_tree, {p: (oid, "100644") for p, oid in zip(files, ids)})
             git(slot, "commit-tree", new, "-p", base, "-m", "m")
+        fresh("batch")
         add("commit", "git batch (hash-object --stdin-paths -w, mktree --batch, commit-tree)", timed(batch_commit))
 
         def hand_commit() -> None:
@@ -267,6 +277,7 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
             new = hand_tree(repo, common, str(repo[base].peel(pygit2.Tree).id), changes)
             stamp = f"b <b@b> {int(time.time())} +0000"
             loose_write(common, "commit", f"tree {new}\nparent {base}\nauthor {stamp}\ncommitter {stamp}\n\nm\n".encode())
+        fresh("hand")
         add("commit", "hand-written objects", timed(hand_commit))
 
         git(slot, "add", "-A")
