@@ -250,7 +250,7 @@ class WorktreePool:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
             clone.owned.add(slot)
         try:
-            holder = checked_out_elsewhere(slot.path, branch) if branch is not None else ""
+            holder = await asyncio.to_thread(checked_out_elsewhere, slot.path, branch) if branch is not None else ""
         except (RefWriteRefused, OSError, ValueError):
             holder = ""  # a layout this cannot read as files (reftable): not checked
         if holder:
@@ -276,8 +276,8 @@ class WorktreePool:
                 # the branch moves. No file is touched and the index is not refreshed, so set-up
                 # costs two small ref-file writes whatever the size of the tree (git commands when
                 # the files cannot be written in-process).
-                try:
-                    point_branch(slot.path, branch, base_commit)
+                try:  # off the event loop: libgit2 writes ref and reflog files (a millisecond under load)
+                    await asyncio.to_thread(point_branch, slot.path, branch, base_commit)
                 except RefWriteRefused:
                     await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
                               base_commit, heartbeat=heartbeat)
@@ -462,9 +462,12 @@ class WorktreePool:
             return False
         if _index_stamp(slot.path) != slot.index_stamp or _settings_files(slot.path) != slot.settings[:2]:
             return False
-        try:
+        def restore() -> None:
             detach_head(slot.path, base_commit)
-            await asyncio.to_thread(restore_paths, slot.path, base_commit, touched)
+            restore_paths(slot.path, base_commit, touched)
+
+        try:
+            await asyncio.to_thread(restore)
         except (RefWriteRefused, NotKnown, OSError):
             return False
         return True

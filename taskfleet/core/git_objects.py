@@ -102,7 +102,7 @@ def open_repository(repo: str | Path) -> pygit2.Repository:
     problem = supported_problem(common_dir(handle))
     if problem:
         raise GitStoreError(problem)
-    if len(cache) > 64:
+    if len(cache) > 128:
         cache.clear()
     cache[key] = (handle, _identity(handle.path))
     return handle
