@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from git import Repo
-from git.exc import InvalidGitRepositoryError, NoSuchPathError
 from taskfleet.activities.support.git_async import (
     GIT_ENV,
     FileLocks,
@@ -50,7 +48,7 @@ from taskfleet.activities.support.git_async import (
     release,
     try_flock,
 )
-from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
+from taskfleet.activities.support.git_op_application import OpFailed
 from taskfleet.activities.support.presence import WorkerPresence
 from taskfleet.activities.support.shared_clone import forget_registrations, owner_reason, registrations
 from taskfleet.activities.support import slot_watch
@@ -63,6 +61,8 @@ from taskfleet.activities.support.worktree_refs import (
     point_branch,
 )
 
+from taskfleet.core.git_objects import GitStoreError, open_repository
+from taskfleet.core.git_objects import resolve as resolve_ref
 from taskfleet.core.ids import slug
 from taskfleet.core.pod import pod_id
 
@@ -140,9 +140,23 @@ class _Clone:
 _FLAGGED = re.compile(r"^(?:[a-z]|S )", re.MULTILINE)  # `ls-files -v`: assume-unchanged, skip-worktree
 
 
+_ADMIN_DIRS: dict[str, str] = {}  # slot -> its admin folder (a slot's `.git` link never changes)
+
+
+def _admin(path: Path) -> str:
+    key = str(path)
+    found = _ADMIN_DIRS.get(key)
+    if found is None:
+        found = str(admin_dir(path))
+        if len(_ADMIN_DIRS) > 4096:
+            _ADMIN_DIRS.clear()
+        _ADMIN_DIRS[key] = found
+    return found
+
+
 def _index_stamp(path: Path) -> tuple:
     try:
-        st = os.stat(admin_dir(path) / "index")
+        st = os.stat(os.path.join(_admin(path), "index"))
     except (OSError, RefWriteRefused):
         return ()
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
@@ -151,8 +165,8 @@ def _index_stamp(path: Path) -> tuple:
 def _settings_files(path: Path) -> tuple[bytes, bytes]:
     """The slot's own worktree config and sparse-checkout patterns (see `_slot_settings`)."""
     try:
-        admin = admin_dir(path)
-    except RefWriteRefused:
+        admin = Path(_admin(path))
+    except (RefWriteRefused, OSError):
         return b"?", b"?"
 
     def read(file: Path) -> bytes:
@@ -184,20 +198,17 @@ async def _slot_settings(path: Path) -> tuple[bytes, bytes, bool]:
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
-    """A branch's commit read from the clone's ref files (no git process)."""
+    """A branch's commit, read in process (libgit2, a handle kept per thread: no git process, and
+    no repository object built per call on the event loop)."""
     try:
-        repo = Repo(repo_path)
-    except (InvalidGitRepositoryError, NoSuchPathError):
+        open_repository(repo_path)
+    except GitStoreError:
         raise OpFailed(f"{repo_path} is not a git clone on this worker") from None
-    try:
-        refs = [f"refs/heads/{branch}"] + ([f"refs/remotes/{remote}/{branch}"] if remote else [])
-        for ref in refs:
-            try:
-                return SymbolicReference.dereference_recursive(repo, ref)
-            except ValueError:
-                continue
-    finally:
-        repo.close()
+    refs = [f"refs/heads/{branch}"] + ([f"refs/remotes/{remote}/{branch}"] if remote else [])
+    for ref in refs:
+        found = resolve_ref(repo_path, ref)
+        if found:
+            return found
     if required:
         raise OpFailed(f"branch {branch} does not exist in {repo_path}" + (f" nor on {remote}" if remote else ""))
     return ""
