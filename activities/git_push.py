@@ -90,7 +90,7 @@ def _seen_on_remote(repo: Repo, remote: str, ref: str) -> str:
 
 
 def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: dict[str, Applied]) -> dict[str, str]:
-    """Each successfully pushed ref's value on the remote, as the push reported it (contract C1).
+    """Each successfully pushed ref's value on the remote, as the push reported it (the op's `branch_commit`).
 
     `git push` records what it set (or found up to date) in the remote-tracking ref; the porcelain
     summary's abbreviated `old..new` must agree with it. Without a tracking ref (a remote with no

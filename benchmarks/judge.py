@@ -18,7 +18,7 @@ from pathlib import Path
 from common import emit, run, run_board, temporal_worker
 
 from taskfleet.core.models.orchestrator import Board, TaskSpec
-from taskfleet.llm_standin import StandIn
+from taskfleet.testing.standin import StandIn
 from taskfleet.testing import make_git_remote
 
 TASK_QUEUE = "bench-judge"

@@ -5,7 +5,7 @@ what is measured is taskfleet itself. The worker and the CLI run as their own pr
 local dev server, so their peak RSS is theirs alone. Per size: wall time of `taskfleet run --json`,
 ms per task, runs (continue-as-new), largest history (events, bytes) and largest payload over
 every run, the worker's and the CLI's peak RSS, and how many outcomes `run --json` and
-`status --json` listed. Floors (issue 15): every size finishes; ms per task at the largest size
+`status --json` listed. Floors: every size finishes; ms per task at the largest size
 within 1.5x of the smallest; no payload over 256 KB. Prints JSON.
 
     python benchmarks/scale.py            # 1k, 10k, 100k (about 20 minutes here)
@@ -31,7 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from taskfleet.core.search_attributes import ALL
 from taskfleet.devserver.server import find_temporal_cli
-from taskfleet.scale_harness import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
+from taskfleet.testing.scale import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
 from taskfleet.testing import make_git_remote
 
 TASK_QUEUE = "bench-scale"

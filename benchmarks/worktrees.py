@@ -1,4 +1,4 @@
-"""Worktree set-up per task on a generated repository (issue 16 item 5): cold pool, then warm pool.
+"""Worktree set-up per task on a generated repository: cold pool, then warm pool.
 
 N one-line `sed` tasks at max_parallel N on a repository of F small files (default 20,000 files,
 20 tasks). The first board meets an empty pool (every slot is registered and checked out once);

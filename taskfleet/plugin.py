@@ -227,7 +227,7 @@ class TaskfleetPlugin(SimplePlugin):
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Two worker settings (h5, issue 16), after SimplePlugin's own:
+        """Two worker settings, after SimplePlugin's own:
 
         Cancel in about a second: a cancel reaches a running task only in a heartbeat's answer,
         and the SDK sends heartbeats at most every min(0.8 x heartbeat timeout, this worker's

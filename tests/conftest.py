@@ -40,6 +40,14 @@ for _key, _value in {
     os.environ.setdefault(_key, _value)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs the dev server, so `make test-fast` can leave those out but its
+    `smoke` paths (`-m "not server and not slow or smoke"`)."""
+    for item in items:
+        if "env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.server)
+
+
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     environment = await WorkflowEnvironment.start_local(

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from taskfleet.llm_standin import StandIn
+from taskfleet.testing.standin import StandIn
 
 FAST_POLLS = {"TASKFLEET_LLM_POLL_INITIAL_SECONDS": "0.2", "TASKFLEET_LLM_POLL_MAX_SECONDS": "0.5"}
 

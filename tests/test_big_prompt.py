@@ -1,4 +1,4 @@
-"""Issue 12 item 9: a prompt of any size reaches the executor, by file; the environment carries the
+"""A prompt of any size reaches the executor, by file; the environment carries the
 prompt itself only when it is small (exec refuses any one variable over 128 KiB)."""
 
 from __future__ import annotations

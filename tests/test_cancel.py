@@ -1,4 +1,4 @@
-"""Cancel in about a second (issue 16 item 4): a cancelled run's tasks stop (process groups killed,
+"""Cancel in about a second: a cancelled run's tasks stop (process groups killed,
 worktrees removed, nothing landed) without waiting for the SDK's heartbeat throttle.
 
 A cancel reaches a running activity only in the answer to a heartbeat; with the SDK's default

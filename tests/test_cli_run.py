@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -26,8 +27,17 @@ async def cli(address: str, *args: str, task_queue: str = "taskfleet", timeout: 
 
 
 async def test_demo_runs_the_example_board_with_one_push(server_address: str, tmp_path: Path):
-    done = await cli(server_address, "demo", "--state-dir", str(tmp_path / "state"), "--no-wait")
+    # As a person with TEMPORAL_ADDRESS set runs it: no --address, the server they already run is used.
+    env = {**os.environ, "TEMPORAL_ADDRESS": server_address}
+    proc = await asyncio.create_subprocess_exec(
+        *python_cmd("-m", "taskfleet.cli", "demo", "--state-dir", str(tmp_path / "state"), "--no-wait"),
+        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    done = subprocess.CompletedProcess("taskfleet demo", proc.returncode, out.decode(), err.decode())
     assert done.returncode == 0, done.stdout + done.stderr
+    assert f"--address {server_address} status" in done.stdout  # the user's server, kept up: not one of ours
     assert "pushes:   1 for 9 landed tasks" in done.stdout
     assert "Web UI:   http://localhost:" in done.stdout
     speedup = float(done.stdout.split("speed-up: ")[1].split("x")[0])

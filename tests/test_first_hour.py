@@ -1,4 +1,4 @@
-"""Issue 11: what a new user meets in the first hour, run as they would run it.
+"""What a new user meets in the first hour, run as they would run it.
 
 Every command is the installed `taskfleet` console script in a subprocess whose working directory is
 a temporary folder outside the project.

@@ -320,7 +320,7 @@ async def test_commit_ops_with_wrong_worktrees_fail_alone(client: Client, make_w
 
 
 async def test_push_expecting_a_commit_fails_alone_when_the_branch_moved(client: Client, make_worker, task_queue, git_remote):
-    """Contract C1: a push op whose branch is no longer at `expect_commit` fails (only that op), and
+    """A push op whose branch is no longer at `expect_commit` fails (only that op), and
     a landed op's `branch_commit` is the remote ref's new value."""
     fx = git_remote
     main = git(fx.clone, "rev-parse", "main")
@@ -378,8 +378,9 @@ async def test_expect_commit_must_be_forty_hex(client: Client, make_worker, task
 
 
 async def test_retry_of_a_batch_that_fails_again_reports_failed(client: Client, make_worker, task_queue, tmp_path):
-    """Issue 12 item 10: a batch cut by a size flush fails (nobody waits on it); `retry` then fails
-    again and must say so, with the error. Failed batches count in `failed_ops` (issue 11)."""
+    """A batch cut by a size flush fails (nobody waits on it); `retry` then fails again and must say
+    so, with the error, since a retry reported as done would hide ops that never landed. Failed
+    batches count in `failed_ops`."""
     not_a_repo = tmp_path / "not-a-repo"
     not_a_repo.mkdir()
     gb = GitBatcherClient(client, GitBatchConfig(repo=str(not_a_repo), max_batch_size=1, max_batch_age_seconds=3600), task_queue)
@@ -438,7 +439,7 @@ async def test_held_ops_are_bounded_and_room_returns_after_landing(client: Clien
 
 
 async def test_each_task_queue_has_its_own_batcher(client: Client, git_remote, settings, tmp_path):
-    """Contract C2: two clients on two queues, two workers: two batchers, each landing through the
+    """Two clients on two queues, two workers: two batchers, each landing through the
     worker of its own queue."""
     from temporalio.worker import Worker
 

@@ -110,7 +110,7 @@ async def test_ops_arriving_through_continue_as_new_land_once(
 async def test_huge_and_deep_rejections_never_reach_continue_as_new(
     client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
 ):
-    """Issue 12 item 2: rejected ops are kept as bounded previews, so a few 1.5 MB ops and a value
+    """Rejected ops are kept as bounded previews, so a few 1.5 MB ops and a value
     nested 600 deep neither break `status` nor swell the continue-as-new input."""
     fx = git_remote
     ops = fx.commit_ops("after-junk", 4)

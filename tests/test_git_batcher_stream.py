@@ -1,8 +1,8 @@
 """A sustained stream of ops through continue-as-new, on a server with scaled-down history limits.
 
-Issue 12 item 3: continue-as-new used to wait for a moment with no flush due, which a stream never
-gives; history passed the hard limit and the server terminated the batcher with accepted ops queued.
-This test starts its own dev server whose limits are a few hundred events, so the batcher must
+Continue-as-new must not wait for a moment with no flush due, which a stream never gives: history
+would pass the hard limit and the server would terminate the batcher with accepted ops queued. This
+test starts its own dev server whose limits are a few hundred events, so the batcher must
 continue as new many times while five clients keep sending, and loses nothing.
 """
 

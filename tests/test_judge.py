@@ -15,7 +15,7 @@ from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.llm_ids import judge_workflow_id, llm_task_workflow_id
 from taskfleet.core.models.orchestrator import OrchestratorProgress, OrchestratorResult, TaskOutcome
-from taskfleet.llm_standin import StandIn
+from taskfleet.testing.standin import StandIn
 from tests.conftest import GitRemoteFixture, eventually, git, save_history
 from tests.llm_support import standin_env
 from tests.user_cli import taskfleet

@@ -69,3 +69,25 @@ def test_the_checker_sees_a_violation(tmp_path: Path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from taskfleet.cli.main import main\n    import taskfleet.plugin\n")
     assert {"taskfleet.cli.main", "taskfleet.plugin"} <= imports_of(module)
+
+
+def test_no_worker_code_imports_the_testing_parts():
+    """`taskfleet.testing` (git fixtures, the Anthropic stand-in, the scale harness) ships in the
+    wheel for tests, benchmarks and the offline demo, but the code a worker runs never loads it."""
+    runtime = ("taskfleet.core", "taskfleet.workflows", "taskfleet.activities", "taskfleet.clients",
+               "taskfleet.devserver")
+    for package in runtime:
+        assert offending(package, ("taskfleet.testing",)) == [], package
+    for module in ("plugin.py", "worker.py", "coordination.py", "versioning.py", "sample_remote.py"):
+        assert not any(n.startswith("taskfleet.testing") for n in imports_of(SOURCES["taskfleet"] / module)), module
+
+
+def test_starting_a_worker_loads_nothing_of_the_testing_parts():
+    import subprocess
+    import sys
+
+    code = ("import sys, taskfleet.worker, taskfleet.plugin, taskfleet.cli.main; "
+            "print(sorted(m for m in sys.modules if m.startswith('taskfleet.testing')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

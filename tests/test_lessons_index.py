@@ -190,7 +190,7 @@ def test_concurrent_readers_during_writes(tmp_path: Path):
 
 @pytest.mark.parametrize("depth", [600, 5000])
 def test_deeply_nested_lines_are_skipped_and_counted(tmp_path: Path, depth: int):
-    """Issue 12 item 9: a line nested deeper than the decoder's recursion limit raises
+    """A line nested deeper than the decoder's recursion limit raises
     RecursionError (not ValueError); it must be skipped like any malformed line, as must a lesson
     whose metadata nests so deep that copying it for a query would fail."""
     path = tmp_path / "l.jsonl"

@@ -16,7 +16,7 @@ from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.llm_ids import llm_batch_workflow_id
 from taskfleet.core.models.llm import LLMBatchStatus
-from taskfleet.llm_standin import StandIn
+from taskfleet.testing.standin import StandIn
 from taskfleet.core.names import LLM_BATCH_WORKFLOW, QUERY_LLM_STATUS, SIGNAL_LLM_FLUSH, SIGNAL_LLM_SUBMIT
 from tests.conftest import WorkerProcess, eventually
 from tests.llm_support import FAST_POLLS, standin_env

@@ -17,8 +17,8 @@ from taskfleet.core.models.llm import LLMBatchStatus
 from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import QUERY_LLM_STATUS
 from taskfleet.core.settings import TaskfleetSettings
-from taskfleet.llm_standin import StandIn
-from taskfleet.llm_standin.server import FAKE_API_KEY
+from taskfleet.testing.standin import StandIn
+from taskfleet.testing.standin import FAKE_API_KEY
 from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import payload_text, standin_env
 

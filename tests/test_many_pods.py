@@ -1,4 +1,4 @@
-"""Many pods, one repository (issue 14): workers that share a clone but not their state dirs.
+"""Many pods, one repository: workers that share a clone but not their state dirs.
 
 Each pod is a worker process in its own mount namespace with a private tmpfs at the same state-dir
 path (tests/pods.py); the clone, its bare remote and the lessons folder are shared. Boards run on

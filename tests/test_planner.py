@@ -17,7 +17,7 @@ from taskfleet.clients.planner import start_plan
 from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.models.plan import PlanInput, PlanResult, PlanStatus
 from taskfleet.devserver.server import find_temporal_cli
-from taskfleet.llm_standin import StandIn
+from taskfleet.testing.standin import StandIn
 from tests.conftest import GitRemoteFixture, eventually, git, save_history
 from tests.llm_support import standin_env
 from tests.user_cli import taskfleet

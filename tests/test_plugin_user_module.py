@@ -1,4 +1,4 @@
-"""Issue 11 item 3: the docs' plugin snippet (docs/deployment.md), pasted into a user's module beside
+"""The docs' plugin snippet (docs/deployment.md), pasted into a user's module beside
 their own sandboxed workflow (`from taskfleet import TaskfleetPlugin` at the top), validates and runs
 both."""
 

@@ -15,7 +15,7 @@ from taskfleet.core.boards import BoardError, parse_toml_board
 from taskfleet.core.models.merge_queue import MergeQueueStatus
 from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import QUERY_STATUS
-from taskfleet.llm_standin import StandIn
+from taskfleet.testing.standin import StandIn
 from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import standin_env
 from tests.test_merge_queue import VERIFY, library_remote

@@ -1,4 +1,4 @@
-"""Fleet scale (issue 15): a 20,000-task board runs with every payload small and bounded state.
+"""Fleet scale: a 20,000-task board runs with every payload small and bounded state.
 
 The board goes by reference, tasks are loaded a page at a time, outcomes go to the run store; the
 history-event cap is set low, so the run continues as new many times, and the recorded history of
@@ -12,7 +12,7 @@ import pytest
 from taskfleet.clients.board_store import store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
-from taskfleet.scale_harness import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
+from taskfleet.testing.scale import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
 from tests.conftest import WorkerProcess
 
 TASKS = 20_000

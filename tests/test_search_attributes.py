@@ -1,4 +1,4 @@
-"""Issue 10: taskfleet on a server nobody prepared (`temporal server start-dev` without our search attributes)."""
+"""Taskfleet on a server nobody prepared (`temporal server start-dev` without our search attributes)."""
 
 from __future__ import annotations
 

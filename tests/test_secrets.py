@@ -14,7 +14,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from taskfleet.llm_standin import StandIn
+from taskfleet.testing.standin import StandIn
 from tests.conftest import GitRemoteFixture, WorkerProcess, git, save_history
 from tests.llm_support import FAST_POLLS
 from tests.user_cli import taskfleet

@@ -1,4 +1,4 @@
-"""The task-execution path as users meet it (issues 11, 12, 16): paths, ids, locks, landing, crashes.
+"""The task-execution path as users meet it: paths, ids, locks, landing, crashes.
 
 Real server, real worker processes, real git, real executors; nothing is mocked.
 """

@@ -92,7 +92,7 @@ def test_broken_template_stops_worker_py_with_one_line(server_address: str, tmp_
 
 
 async def test_inline_template_with_a_huge_loop_is_stopped_off_the_event_loop():
-    """Issue 12 item 9: a board's inline template that loops for ages renders on its own thread;
+    """A board's inline template that loops for ages renders on its own thread;
     the event loop keeps running meanwhile, and the render is stopped at the limit with a clear error."""
     import threading
     import time

@@ -1,4 +1,4 @@
-"""Worker Versioning (issue 16 item 1) on the dev server, with real worker processes.
+"""Worker Versioning on the dev server, with real worker processes.
 
 A v1 worker starts a board whose tasks wait for a gate; v2 is made current with the `temporal`
 CLI (the commands README's rollout uses); the running board stays on v1 (OrchestratorWorkflow is

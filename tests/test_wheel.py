@@ -1,4 +1,4 @@
-"""Issue 10: the wheel holds one namespace, and drops into a user's project that has its own
+"""The wheel holds one namespace, and drops into a user's project that has its own
 `workflows.py` and `activities.py`, a `run_task` activity and a `SmokeWorkflow`.
 
 One wheel build and one fresh venv per session (about 15 s, mostly pip).

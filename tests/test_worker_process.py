@@ -150,7 +150,7 @@ def test_bad_activity_slots_is_one_line(value: str):
 
 
 async def test_sigterm_during_a_start_that_then_fails_exits(tmp_path: Path, server_address: str, task_queue: str):
-    """Issue 12 item 9: SIGTERM while the plugin's services start, then the start fails: the worker
+    """SIGTERM while the plugin's services start, then the start fails: the worker
     exits (the SDK only marks a shutdown complete once polling began, so waiting for it hung).
 
     The lessons file is a FIFO, so the start waits in the lessons load until the test writes to it;

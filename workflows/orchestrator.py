@@ -136,7 +136,8 @@ def landed_commit(outcome: OpOutcome) -> str:
 
 
 def _batcher_id(repo: str, remote: str, task_queue: str) -> str:
-    """Contract C2: the batcher of this clone and remote on the queue its pushes run on."""
+    """The batcher of this clone and remote on this run's task queue: the workers that serve the run
+    serve its pushes too."""
     return git_batch_workflow_id(repo, remote, task_queue=task_queue)
 
 

@@ -42,13 +42,14 @@ class Applied:
     commit: str
     made_commit: bool
     note: str = ""
-    # merge: the tip of the merged branch (contract C1's `branch_commit`); else empty (the pushed
+    # merge: the tip of the merged branch (the outcome's `branch_commit`); else empty (the pushed
     # value of `ref` is the branch's commit).
     branch_commit: str = ""
 
 
 def check_expected(repo: Repo, op: GitOp) -> None:
-    """Contract C1: an op with `expect_commit` lands only if its branch is still at that commit."""
+    """An op with `expect_commit` lands only if its branch is still at that commit: work committed on
+    a branch that has moved since is not what was verified."""
     if not op.expect_commit:
         return
     actual = ref_commit(repo, f"refs/heads/{op.branch}")

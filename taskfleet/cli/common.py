@@ -18,3 +18,10 @@ def to_json(value: Any) -> str:
 
 async def client_for(args: argparse.Namespace) -> Client:
     return await connect(load_connect_config(args.address, args.namespace))
+
+
+def examples(*commands: str) -> dict[str, Any]:
+    """`add_parser` keywords giving a command's `--help` a few real invocations to copy
+    (tests/test_cli_help.py parses every one of them with the real parser)."""
+    text = "examples:\n" + "\n".join(f"  {command}" for command in commands)
+    return {"epilog": text, "formatter_class": argparse.RawDescriptionHelpFormatter}

@@ -34,6 +34,7 @@ from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.devserver.session import dev_server_session
 from taskfleet.sample_remote import make_sample_remote
+from taskfleet.cli.common import examples
 
 # The example boards and the demo's seed repository ship as package data (`examples/` in a
 # checkout, `taskfleet/examples/` when installed).
@@ -103,7 +104,7 @@ async def demo(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    config = load_connect_config(args.address or "localhost:7233", args.namespace)
+    config = load_connect_config(args.address, args.namespace)  # TEMPORAL_ADDRESS or a profile, as every command
     state_dir = Path(args.state_dir).resolve()
     try:
         board = load_board(args.board)
@@ -159,7 +160,8 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the example board on the embedded dev server")
+    p = sub.add_parser("demo", help="run the example board on the embedded dev server", **examples(
+        "taskfleet demo", "taskfleet demo --llm --no-wait", "taskfleet --address localhost:7233 demo --state-dir /tmp/tf-demo"))
     p.add_argument("--board", help="default: examples/demo-board.toml (--llm: examples/llm-board.toml)")
     p.add_argument("--llm", action="store_true", help="the Claude board: the real API if ANTHROPIC_API_KEY is "
                    "set, else the bundled offline stand-in")

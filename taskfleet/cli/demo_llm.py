@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from taskfleet.llm_standin import StandIn, default_behavior
+from taskfleet.testing.standin import StandIn, default_behavior
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,7 +12,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from taskfleet.cli.common import client_for, to_json
+from taskfleet.cli.common import client_for, to_json, examples
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
@@ -157,7 +157,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--max-batch-age-seconds", type=float, default=5.0)
         p.add_argument("--atomic", action="store_true", help="refs of a batch move together")
 
-    enqueue = git.add_parser("enqueue", help="queue one op (starts the batcher if needed)")
+    enqueue = git.add_parser("enqueue", help="queue one op (starts the batcher if needed)", **examples(
+        "taskfleet git enqueue --repo /srv/clone --op-type push --branch feature/a",
+        "taskfleet git enqueue --repo /srv/clone --op-type merge --branch feature/a --target main --wait",
+        "taskfleet git enqueue --repo /srv/clone --op-type commit --worktree /srv/wt --branch feature/a --message 'fix: typo'"))
     target(enqueue)
     enqueue.add_argument("--op-type", choices=["commit", "push", "merge"], default="push")
     enqueue.add_argument("--branch")
@@ -171,17 +174,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     enqueue.add_argument("--wait", action="store_true", help="use the submit update: wait for accept/refuse")
     enqueue.set_defaults(func=git_enqueue)
 
-    flush = git.add_parser("flush", help="land what is queued now")
+    flush = git.add_parser("flush", help="land what is queued now", **examples(
+        "taskfleet git flush --repo /srv/clone --wait", "taskfleet git flush --repo /srv/clone --remote upstream --json"))
     target(flush)
     flush.add_argument("--wait", action="store_true", help="use flush_now: wait for the push and print outcomes")
     flush.add_argument("--json", action="store_true")
     flush.set_defaults(func=git_flush)
 
-    status = git.add_parser("status", help="queue, batches, failures, rejections and stats")
+    status = git.add_parser("status", help="queue, batches, failures, rejections and stats", **examples(
+        "taskfleet git status --repo /srv/clone", "taskfleet git status --repo /srv/clone --json"))
     target(status)
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=git_status)
 
-    ident = git.add_parser("id", help="print the batcher's workflow id for a clone and remote")
+    ident = git.add_parser("id", help="print the batcher's workflow id for a clone and remote", **examples(
+        "taskfleet git id --repo /srv/clone", "taskfleet git id --repo /srv/clone --remote upstream"))
     target(ident)
     ident.set_defaults(func=git_id)

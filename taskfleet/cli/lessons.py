@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 from temporalio.client import WorkflowFailureError
 
-from taskfleet.cli.common import client_for
+from taskfleet.cli.common import client_for, examples
 from taskfleet.clients.served import NoWorkerServes, served
 from taskfleet.core.errors import root_cause_message
 from taskfleet.core.models.lessons import LessonQuery, LessonsAnswer
@@ -66,13 +66,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     ls = sub.add_parser("lessons", help="ask a worker's lessons index").add_subparsers(
         dest="lessons_command", required=True
     )
-    q = ls.add_parser("query", help="lessons matching every given field, best first")
+    q = ls.add_parser("query", help="lessons matching every given field, best first", **examples(
+        "taskfleet lessons query --task-type lib --limit 5",
+        "taskfleet lessons query --activity-type judge --most-frequent --json",
+        "taskfleet lessons query --similar-to 'ImportError: cannot import name'"))
     for name in ("task-type", "activity-type", "failure-type", "pattern", "similar-to", "seen-after", "seen-before"):
         q.add_argument(f"--{name}")
     q.add_argument("--most-frequent", action="store_true")
     q.add_argument("--limit", type=int, default=20)
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=lessons)
-    stats = ls.add_parser("stats", help="size of the index, malformed lines, build time")
+    stats = ls.add_parser("stats", help="size of the index, malformed lines, build time", **examples(
+        "taskfleet lessons stats", "taskfleet lessons stats --json"))
     stats.add_argument("--json", action="store_true")
     stats.set_defaults(func=lessons)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError
 
-from taskfleet.cli.common import client_for
+from taskfleet.cli.common import client_for, examples
 from taskfleet.cli.preflight import check_clone
 from taskfleet.clients.planner import start_plan
 from taskfleet.core.models.plan import PlanInput, PlanResult
@@ -42,7 +42,7 @@ async def _offline(args: argparse.Namespace) -> AsyncIterator[Planning]:
     from taskfleet.clients.connection import load_connect_config
     from taskfleet.core.settings import TaskfleetSettings
     from taskfleet.devserver.session import dev_server_session
-    from taskfleet.llm_standin import StandIn
+    from taskfleet.testing.standin import StandIn
     from taskfleet.plugin import TaskfleetPlugin
     from temporalio.worker import Worker
 
@@ -149,7 +149,10 @@ async def _plan_and_run(args: argparse.Namespace, request: PlanInput, planning: 
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="Claude writes a board (TOML) for a goal; --run starts it")
+    p = sub.add_parser("plan", help="Claude writes a board (TOML) for a goal; --run starts it", **examples(
+        "taskfleet plan 'move every module off the deprecated client' --repo /srv/clone -o board.toml",
+        "taskfleet plan 'add type hints to utils' --repo /srv/clone --context 'src/utils/*.py' --max-tasks 5 --run",
+        "taskfleet plan 'document the CLI' --repo /srv/clone --offline"))
     p.add_argument("goal", help="what the board should achieve, in words")
     p.add_argument("--repo", required=True, help="the clone to plan for (path on the worker)")
     p.add_argument("--context", action="extend", nargs="+", metavar="GLOB",

@@ -13,7 +13,7 @@ import time
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from taskfleet.cli.common import client_for, to_json
+from taskfleet.cli.common import client_for, to_json, examples
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.merge_queue import MergeQueueClient, merge_queue_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
@@ -181,7 +181,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--max-batch", type=int, default=8, help="used if this starts the queue")
         p.add_argument("--max-wait-seconds", type=float, default=30.0, help="used if this starts the queue")
 
-    add = group.add_parser("add", help="queue a branch (its current commit) to land on the target")
+    add = group.add_parser("add", help="queue a branch (its current commit) to land on the target", **examples(
+        "taskfleet queue add feature/a --repo /srv/clone --verify 'make test'",
+        "taskfleet queue add feature/b --repo /srv/clone --target release --wait"))
     add.add_argument("branch")
     target(add)
     add.add_argument("--commit", help="the commit to land (default: the branch's commit in the clone)")
@@ -191,15 +193,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--wait-timeout", type=float, default=3600.0)
     add.set_defaults(func=queue_add)
 
-    status = group.add_parser("status", help="queued entries, the batch in flight, recent outcomes and stats")
+    status = group.add_parser("status", help="queued entries, the batch in flight, recent outcomes and stats", **examples(
+        "taskfleet queue status --repo /srv/clone", "taskfleet queue status --repo /srv/clone --target release --json"))
     target(status)
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=queue_status)
 
-    flush = group.add_parser("flush", help="start batches now for everything queued")
+    flush = group.add_parser("flush", help="start batches now for everything queued", **examples(
+        "taskfleet queue flush --repo /srv/clone"))
     target(flush)
     flush.set_defaults(func=queue_flush)
 
-    ident = group.add_parser("id", help="print the queue's workflow id for a clone, remote and target")
+    ident = group.add_parser("id", help="print the queue's workflow id for a clone, remote and target", **examples(
+        "taskfleet queue id --repo /srv/clone --target main"))
     target(ident)
     ident.set_defaults(func=queue_id)

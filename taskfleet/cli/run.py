@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.cli.common import client_for
+from taskfleet.cli.common import client_for, examples
 from taskfleet.cli.preflight import check_clone, check_queue_target
 from taskfleet.clients.board_store import StoredBoard, board_settings, read_board_head, store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
@@ -437,7 +437,11 @@ async def cancel(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    run = sub.add_parser("run", help="run a board (markdown or TOML) on a repository")
+    run = sub.add_parser("run", help="run a board (markdown or TOML) on a repository", **examples(
+        "taskfleet run board.toml --repo /srv/clone",
+        "taskfleet run tasks/board.md --repo /srv/clone --verify 'make test' --max-parallel 8",
+        "taskfleet run tasks/board.md --repo /srv/clone --implementer anthropic --judge anthropic --land queue",
+        "taskfleet run board.toml --repo /srv/clone --no-check --json"))
     run.add_argument("board", help="tasks/board-*.md or a .toml board")
     run.add_argument("--repo", required=True, help="the clone the tasks branch from (path on the worker)")
     run.add_argument("--remote", default="origin")
@@ -458,12 +462,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="skip checking --repo here (when the clone exists only on the worker's machine)")
     run.set_defaults(func=run_board)
 
-    st = sub.add_parser("status", help="progress of a board run")
+    st = sub.add_parser("status", help="progress of a board run", **examples(
+        "taskfleet status taskfleet-run-board-1a2b3c4d", "taskfleet status taskfleet-run-board-1a2b3c4d --json"))
     st.add_argument("workflow_id")
     st.add_argument("--json", action="store_true")
     st.add_argument("--query-timeout", type=float, default=5.0, help="seconds to wait for a worker's answer")
     st.set_defaults(func=status)
 
-    cn = sub.add_parser("cancel", help="cancel a board run")
+    cn = sub.add_parser("cancel", help="cancel a board run", **examples(
+        "taskfleet cancel taskfleet-run-board-1a2b3c4d"))
     cn.add_argument("workflow_id")
     cn.set_defaults(func=cancel)

@@ -20,7 +20,8 @@ def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = D
 
     The hash covers the clone's absolute path and the remote, plus the task queue unless it is the
     default one (so ids of the default queue are unchanged). Each queue gets its own batcher, which
-    runs its push activity on that queue: the batcher follows its callers (contract C2).
+    runs its push activity on that queue: the batcher follows its callers, so it is served by the
+    workers that serve them.
     `repo` must be absolute (callers resolve it first), so this stays a pure function.
     """
     path = posixpath.normpath(repo)

@@ -1,4 +1,4 @@
-"""The board keys of the Claude implementer (issue 13) and their checks, used by core/boards.py."""
+"""The board keys of the Claude implementer and their checks, used by core/boards.py."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ PATCH_CLAIM_BRANCHES = "taskfleet-claim-branches"
 # A board whose tasks ask for worker variables (`env`) is checked against the worker's allow-list first.
 PATCH_TASK_ENV_CHECK = "taskfleet-task-env-check"
 
-# --- boards by reference and the run store (issue 15) ------------------------------------------
+# --- boards by reference and the run store ------------------------------------------------------
 ACTIVITY_STORE_BOARD = "taskfleet_store_board"
 ACTIVITY_LOAD_BOARD_PAGE = "taskfleet_load_board_page"
 ACTIVITY_RECORD_OUTCOMES = "taskfleet_record_outcomes"

@@ -41,8 +41,8 @@ class GitOp:
     # push: replace the remote branch even when it moved elsewhere, if it is still where this
     # clone last saw it (--force-with-lease). For branches taskfleet owns, such as task branches.
     force: bool = False
-    # push/merge (contract C1): the commit `branch` must be at in the clone when the batch applies;
-    # otherwise this op fails (and only this op). Empty: no check.
+    # push/merge: the commit `branch` must be at in the clone when the batch applies; otherwise this
+    # op fails (and only this op), so a branch moved since its task committed never lands. Empty: no check.
     expect_commit: str = ""
     # Set by the workflow when the op is accepted (ISO-8601, workflow time).
     enqueued_at: str = ""
@@ -84,9 +84,10 @@ class OpOutcome:
     reason: str = ""
     commit: str = ""
     ref: str = ""
-    # Contract C1: the commit of `branch` that landed. push/commit: the remote ref's new value as the
-    # push reported it (the remote's current value for up_to_date); merge: the merged branch's tip
-    # (the target's new value is in `commit`). Empty when the op failed.
+    # The commit of `branch` that landed, so a caller knows what landed without asking git.
+    # push/commit: the remote ref's new value as the push reported it (the remote's current value
+    # for up_to_date); merge: the merged branch's tip (the target's new value is in `commit`).
+    # Empty when the op failed.
     branch_commit: str = ""
 
 

@@ -38,7 +38,7 @@ class TaskSpec:
     # worker variables the task needs (names); each must be one the worker's operator lets tasks
     # see (TASKFLEET_TASK_ENV), or the board is refused before anything starts
     env: list[str] = field(default_factory=list)
-    # --- the built-in Claude implementer (issue 13; `implementer = "anthropic"` instead of `run`) ---
+    # --- the built-in Claude implementer (`implementer = "anthropic"` instead of `run`) -------------
     implementer: str = ""  # "" (the `run` command) or "anthropic"
     model: str = ""  # "": env TASKFLEET_MODEL on the worker, else taskfleet's default model
     max_tokens: int = 8192
