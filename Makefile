@@ -24,6 +24,7 @@ worker: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/git_batching.py
+	$(PY) benchmarks/git_paths.py
 	$(PY) benchmarks/dispatch.py
 	$(PY) benchmarks/sdk_baseline.py
 	$(PY) benchmarks/lessons.py
@@ -43,6 +44,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/cancel.py --quick
 	$(PY) benchmarks/dispatch.py --quick
 	$(PY) benchmarks/git_batching.py --quick
+	$(PY) benchmarks/git_paths.py --quick
 	$(PY) benchmarks/judge.py --quick
 	$(PY) benchmarks/lessons.py --quick
 	$(PY) benchmarks/llm_batching.py --quick

@@ -11,6 +11,7 @@ from taskfleet.activities.support.git_op_application import Applied, OpFailed, a
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.core.git_objects import resolve
 from taskfleet.core.models.git_batch import (
     OUTCOME_FAILED,
     OUTCOME_LANDED,
@@ -99,8 +100,9 @@ def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: 
     if not ok:
         return {}
     tracking = {ref: ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1) for ref in ok}
-    out = repo.git.for_each_ref("--format=%(refname) %(objectname)", *tracking.values())
-    found = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    # Read in process (libgit2): a `git for-each-ref` per batch was the only process after the push.
+    where = repo.working_tree_dir or repo.git_dir
+    found = {name: value for name in tracking.values() if (value := resolve(where, name))}
     sent = {a.ref: a.commit for a in applied.values()}
     values: dict[str, str] = {}
     for ref, info in ok.items():

@@ -20,6 +20,7 @@ from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
+from taskfleet.activities.support.work_commit import commit_tree
 from taskfleet.activities.support.executor import run_command, tail
 from taskfleet.activities.support.executor_records import TASK_KEY_VARIABLE, TOKEN_VARIABLE, task_key
 from taskfleet.activities.support.git_op_application import OpFailed, commit_env
@@ -382,7 +383,10 @@ class LLMActivities:
                     return result
                 log.write(f"[taskfleet] applied edits to {', '.join(touched)}\n".encode())
                 # The commit holds the model's edits, never what verification leaves behind.
-                await asyncio.to_thread(_stage, worktree.path, touched)
+                # Snapshotted in process from the paths the edits touched (no index, no git
+                # process), else staged by git.
+                if not await self.tasks.worktrees.snapshot(worktree, known=touched):
+                    await asyncio.to_thread(_stage, worktree.path, touched)
                 token = self.tasks.executors.new_token()  # as a command task's: reaped if the worker dies
                 # The task's own variables: the executor adds only what the worker's rules give a
                 # task (never the API key, nor any other credential the operator did not allow).
@@ -402,8 +406,13 @@ class LLMActivities:
                 result.reason = (f"verification `{task.verify}` timed out after {task.timeout_seconds:g}s"
                                  if verified.timed_out else f"verification `{task.verify}` exited with {verified.exit_code}")
                 return result
-            result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope, task_input.run_key,
-                                                    params.summary)
+            if worktree.tree:
+                result.commit = await asyncio.to_thread(
+                    commit_tree, worktree.path, task.branch, worktree.base_commit, worktree.tree,
+                    _message(task.id, task.scope, task_input.run_key, params.summary))
+            else:
+                result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope,
+                                                        task_input.run_key, params.summary)
             result.status, result.cache_hit = TASK_SUCCEEDED, params.from_cache
             if task_input.hold_landing:
                 return result  # its judge decides; the edits are kept (and the commit lands) once approved
@@ -466,12 +475,23 @@ def _stage(worktree: Path, touched: list[str]) -> None:
         repo.close()
 
 
+def _title_body(task_id: str, scope: str, run_key: str, summary: str) -> tuple[str, str]:
+    title = f"{task_id}: {scope}" if scope else task_id
+    body = (summary.strip() + "\n\n" if summary.strip() else "") + f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}"
+    return title, body
+
+
+def _message(task_id: str, scope: str, run_key: str, summary: str) -> str:
+    """The commit message `_commit` has git write (title, summary, trailers)."""
+    title, body = _title_body(task_id, scope, run_key, summary)
+    return f"{title[:200].strip()}\n\n{body[:4000].strip()}\n"
+
+
 def _commit(worktree: Path, task_id: str, scope: str, run_key: str, summary: str) -> str:
     """Commit what `_stage` staged: the model's edits."""
     repo = Repo(worktree)
     try:
-        title = f"{task_id}: {scope}" if scope else task_id
-        body = (summary.strip() + "\n\n" if summary.strip() else "") + f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}"
+        title, body = _title_body(task_id, scope, run_key, summary)
         # Hooks off, as for a command task's commit: a hook is code in the clone, and it would run
         # in the worker's own environment.
         repo.git(c="core.hooksPath=/dev/null").commit("--no-verify", "--allow-empty", "-m", title[:200],

@@ -34,6 +34,7 @@ from taskfleet.activities.support.queue_entry import base_commit_of, queue_env, 
 from taskfleet.activities.support.scratch import ScratchDirs
 from taskfleet.activities.support.shared_clone import is_lock_contention
 from taskfleet.activities.support.task_prompt import render_task_prompt
+from taskfleet.activities.support.work_commit import CommitRefused, commit_tree
 from taskfleet.activities.support.worktree_refs import RefWriteRefused, head_branch
 from taskfleet.activities.support.worktrees import (
     RUN_TRAILER,
@@ -264,11 +265,16 @@ class TaskActivities:
                 await self._land(params, result)
             return
 
-        if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result, stage=True):
+        if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result, stage=worktree):
             return
         try:
-            result.commit = await _commit(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
-                                          params.run_key, heartbeat=lambda: activity.heartbeat(task.id))
+            if worktree.tree:  # snapshotted in process after `run`: no index, no git process
+                result.commit = await asyncio.to_thread(
+                    commit_tree, worktree.path, task.branch, worktree.base_commit, worktree.tree,
+                    task_message(task.id, task.scope, params.run_key))
+            else:
+                result.commit = await _commit(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
+                                              params.run_key, heartbeat=lambda: activity.heartbeat(task.id))
         except CommitRefused as err:
             result.status, result.failure_type, result.reason = TASK_FAILED, "bad_checkout", str(err)
             return
@@ -321,12 +327,14 @@ class TaskActivities:
 
     async def _execute(
         self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult,
-        stage: bool = False,
+        stage: Worktree | None = None,
     ) -> bool:
         """Executor, then verification, in `cwd`; fills `result` and says whether both passed.
 
-        With `stage`, the executor's work is staged before verification runs: the commit holds what
-        the executor changed, never what verification leaves behind (bytecode, coverage, build output).
+        With `stage` (the task's worktree), the executor's work is taken before verification runs:
+        the commit holds what the executor changed, never what verification leaves behind
+        (bytecode, coverage, build output). It is snapshotted in process from the paths the
+        slot's watch saw `run` touch, else staged by `git add -A`.
         """
         task = params.task
         problem = task_env_problem(task.env)
@@ -361,8 +369,8 @@ class TaskActivities:
                 if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                     result.output_tail = tail(log)
                     return False
-                if stage:  # seconds on a large tree: keep heartbeating
-                    await git(cwd, "add", "-A", heartbeat=heartbeat)
+                if stage is not None and not await self.worktrees.snapshot(stage):
+                    await git(cwd, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: heartbeating
                 if params.report_stages:
                     await report_stage(params, STAGE_VERIFYING)
                 verified = await run_command(
@@ -514,8 +522,10 @@ def _on_branch_at(worktree: Path, branch: str, commit: str) -> bool:
         return False
 
 
-class CommitRefused(Exception):
-    """The worktree cannot be committed as the task's work; the message says why, for a person."""
+def task_message(task_id: str, scope: str, run_key: str) -> str:
+    """A task commit's message, as `_commit` writes it with git: title, then the trailers."""
+    title = f"{task_id}: {scope}" if scope else task_id
+    return f"{title[:200]}\n\n{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}\n"
 
 
 async def _commit(

@@ -61,15 +61,31 @@ async def temporal_worker(task_queue: str, state_dir: Path, **worker_kwargs) -> 
         await env.shutdown()
 
 
-async def run_board(client: Client, board: Board, repo: Path, **options) -> tuple[OrchestratorResult, float]:
+async def run_board(client: Client, board: Board, repo: Path, handles: list | None = None,
+                    **options) -> tuple[OrchestratorResult, float]:
     """Start a board as `taskfleet run` does (stored in the clone, its base named: the remote's
     default branch when the board names none) and wait for its result; with the wall seconds from
-    before the start to the result, as a user waits for it."""
+    before the start to the result, as a user waits for it. `handles` gets the run's handle."""
     started = time.perf_counter()
     board.base = board.base or default_branch(str(repo)) or ""
     handle = await start_board(client, board, str(repo), **options)
+    if handles is not None:
+        handles.append(handle)
     result = await handle.result()
     return result, time.perf_counter() - started
+
+
+async def landing_tail_seconds(handle) -> float:
+    """From the run's last finished activity (its last task) to the run's end: what landing adds
+    to the wall once every task is done (the run waits for its last pushes)."""
+    last = end = None
+    async for event in handle.fetch_history_events():
+        kind = event.WhichOneof("attributes")
+        if kind == "activity_task_completed_event_attributes":
+            last = event.event_time.ToDatetime()
+        elif kind == "workflow_execution_completed_event_attributes":
+            end = event.event_time.ToDatetime()
+    return (end - last).total_seconds() if last and end else 0.0
 
 
 def emit(figures: dict) -> None:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import sdk_baseline
-from common import emit, run, run_board, temporal_worker
+from common import emit, landing_tail_seconds, run, run_board, temporal_worker
 
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.testing import make_git_remote
@@ -47,9 +47,11 @@ async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
     # refresh: every run does the work (the result cache would otherwise answer repeated runs).
     tasks = [TaskSpec(id=f"t{i}", run=command, verify="true", worktree=worktree, timeout_seconds=600, refresh=True)
              for i in range(n)]
+    handles: list = []
     result, wall = await run_board(client, Board(tasks=tasks, name=f"bench-{n}", max_parallel=concurrency), repo,
-                                   task_queue=TASK_QUEUE, max_history_events=max_history_events,
+                                   handles=handles, task_queue=TASK_QUEUE, max_history_events=max_history_events,
                                    git_max_batch_age_seconds=60)
+    tail = await landing_tail_seconds(handles[0]) if worktree else 0.0
     ideal = math.ceil(n / concurrency) * seconds
     failed = [t.id for t in result.tasks if t.status != "succeeded"]
     return {
@@ -68,6 +70,12 @@ async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
         "history_runs": result.stats.runs,
         "largest_history_length": result.stats.largest_history_length,
         "pushes": result.stats.pushes,
+        # Task done -> its landing reported (the run's `stats.landing_seconds`), per landed task.
+        "landing_overhead_ms_per_task": round(
+            result.stats.landing_seconds * 1000 / max(1, sum(t.landed for t in result.tasks)), 2),
+        # What landing adds to the wall: the last task done -> the run's end, in all and per task.
+        "landing_tail_ms": round(tail * 1000, 1),
+        "landing_tail_ms_per_task": round(tail * 1000 / n, 2),
     }
 
 
@@ -103,6 +111,8 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
         "baseline_efficiency_runs": baseline,
         "taskfleet_failed": sum(r["failed"] for r in ours),
         "taskfleet_overhead_ms_per_task": statistics.median(r["overhead_ms_per_task"] for r in ours),
+        "landing_overhead_ms_per_task": statistics.median(r["landing_overhead_ms_per_task"] for r in ours),
+        "landing_tail_ms_per_task": statistics.median(r["landing_tail_ms_per_task"] for r in ours),
     }
     if extra:
         figures["worktree_only_baseline_efficiency"] = statistics.median(worktree_only)

@@ -47,6 +47,11 @@ async def board_once(client, clone: Path, tasks: int, label: str) -> dict:
         "setup_ms_per_task_mean": round(s.setup_seconds * 1000 / tasks, 1),
         "speedup": s.speedup,
         "overhead_seconds_per_task": s.overhead_seconds_per_task,
+        # Its parts, per task: scheduled -> started, the activity beyond the task's own commands
+        # (set-up, snapshot, commit, landing op), and task done -> landed.
+        "wait_ms_per_task": round(s.wait_seconds * 1000 / tasks, 1),
+        "activity_overhead_ms_per_task": round(max(s.task_seconds - s.work_seconds, 0.0) * 1000 / tasks, 1),
+        "landing_ms_per_task": round(s.landing_seconds * 1000 / tasks, 1),
     }
 
 

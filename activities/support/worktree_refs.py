@@ -1,25 +1,26 @@
-"""Move a pool slot's HEAD and its task branch by writing git's ref files, without a git process.
+"""Move a pool slot's HEAD and its task branch in process (libgit2), without a git process.
 
 A task's set-up in a slot that is already a clean checkout of the task's base is only "point the
-branch at the base, check the branch out": two tiny files. Spawning `git update-ref` and `git
+branch at the base, check the branch out": two tiny ref writes. Spawning `git update-ref` and `git
 symbolic-ref` for that cost two processes per task (milliseconds each, and CPU the tasks' own
-commands need on a small machine). Here the same files are written the way git writes them:
-`<file>.lock` created exclusively (so a git process writing the same ref at the same moment fails
-or we do, never both), then renamed over the file. Loose refs win over `packed-refs`, so a packed
-branch is simply shadowed, as `git update-ref` leaves it too. No reflog entry is written for these
-moves (taskfleet's task branches are its own; the commit that carries the work is made by git).
+commands need on a small machine). libgit2 (pygit2) writes them as git does: `<file>.lock` created
+exclusively (so a git process writing the same ref at the same moment fails or we do, never both),
+then renamed over the file; a name git would refuse beside an existing ref (`task/x` against a
+branch `task`, loose or packed) is refused the same way.
 
-Anything unusual (a `.git` that is not a worktree's link file, a ref path blocked by a file or a
-folder of that name, a lock held by someone else) raises `RefWriteRefused`: the caller then runs
-the git commands instead, which give the authoritative answer.
+Anything unusual (a `.git` that is not a worktree's link file, a ref in the way, a lock held by
+someone else, a clone libgit2 does not read) raises `RefWriteRefused`: the caller then runs the git
+commands instead, which give the authoritative answer.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pygit2
+
+from taskfleet.core.git_objects import GitStoreError, open_repository
 from taskfleet.core.git_op_validation import branch_name_problem
-from taskfleet.core.loose_objects import NotPlain, packed_conflict, ready_ref_path, write_locked
 
 
 class RefWriteRefused(Exception):
@@ -56,42 +57,61 @@ def common_dir(admin: Path) -> Path:
     return common
 
 
-def _write_locked(path: Path, content: str) -> None:
-    """Write `path` as git does (`loose_objects.write_locked`); RefWriteRefused when it cannot."""
+def _slot_repository(worktree: Path) -> pygit2.Repository:
+    admin = admin_dir(worktree)
+    common_dir(admin)  # refs kept in files, or refused
     try:
-        written = write_locked(path, content)
-    except NotPlain as err:
+        return open_repository(worktree)
+    except GitStoreError as err:
         raise RefWriteRefused(str(err)) from None
-    if not written:
-        raise RefWriteRefused(f"{path}.lock exists (another git process holds it)")
+
+
+def _refused(err: Exception, what: str, repo: pygit2.Repository, ref: str) -> RefWriteRefused:
+    text = str(err)
+    if "collides" in text or "directory" in text or "beneath" in text:
+        return RefWriteRefused(f"{ref}: {_collision(repo, ref)}; git refuses such a pair, loose or packed")
+    if "failed to lock" in text:
+        return RefWriteRefused(f"{what}: a .lock exists (another git process holds it)")
+    return RefWriteRefused(f"{what}: {text}")
+
+
+def _collision(repo: pygit2.Repository, ref: str) -> str:
+    """Which existing ref is in the way of `ref` (a shorter name, or names under it)."""
+    parts = ref.split("/")
+    for i in range(3, len(parts)):
+        shorter = "/".join(parts[:i])
+        if repo.references.get(shorter) is not None:
+            return f"{shorter} is a ref, not a folder"
+    under = next((name for name in repo.references if name.startswith(ref + "/")), "")
+    return f"it is a folder of refs ({under})" if under else "another ref is in the way"
 
 
 def point_branch(worktree: Path, branch: str, commit: str) -> None:
     """`git update-ref refs/heads/<branch> <commit>` + `git symbolic-ref HEAD refs/heads/<branch>`
-    in the worktree, by file writes."""
+    in the worktree, in process."""
     if branch_name_problem(branch) or len(commit) not in (40, 64):
         raise RefWriteRefused(f"not a plain branch and commit: {branch!r} {commit!r}")
-    admin = admin_dir(worktree)
-    common = common_dir(admin)
-    heads = common / "refs" / "heads"
-    ref = heads.joinpath(*branch.split("/"))
+    repo = _slot_repository(worktree)
+    ref = f"refs/heads/{branch}"
     try:
-        ready_ref_path(heads, ref)
-        if packed_conflict(common, f"refs/heads/{branch}"):
-            raise NotPlain(f"refs/heads/{branch} conflicts with a packed ref")
-    except NotPlain as err:
-        raise RefWriteRefused(str(err)) from None
-    _write_locked(ref, commit + "\n")
-    _write_locked(admin / "HEAD", f"ref: refs/heads/{branch}\n")
+        repo.references.create(ref, pygit2.Oid(hex=commit), force=True)
+    except (pygit2.GitError, OSError) as err:
+        raise _refused(err, ref, repo, ref) from None
+    try:
+        repo.set_head(ref)
+    except (pygit2.GitError, OSError) as err:
+        raise _refused(err, f"{worktree} HEAD", repo, ref) from None
 
 
 def detach_head(worktree: Path, commit: str) -> None:
     """`git checkout --detach <commit>` for HEAD only (the index and files are left to `reset`)."""
     if len(commit) not in (40, 64):
         raise RefWriteRefused(f"not a commit id: {commit!r}")
-    admin = admin_dir(worktree)
-    common_dir(admin)  # refs kept in files, or refused
-    _write_locked(admin / "HEAD", commit + "\n")
+    repo = _slot_repository(worktree)
+    try:
+        repo.set_head(pygit2.Oid(hex=commit))
+    except (pygit2.GitError, OSError, ValueError) as err:
+        raise _refused(err, f"{worktree} HEAD", repo, "HEAD") from None
 
 
 def head_branch(worktree: Path) -> str:

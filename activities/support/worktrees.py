@@ -3,8 +3,9 @@
 `git worktree add` checks out the whole tree and `remove` deletes it: seconds on a large
 repository, and both take the clone's shared files, so they ran one at a time per clone. A pool
 slot is instead reset to the task's base with `git checkout -B <branch> <base>`, which rewrites only
-the files that differ; after the task, the slot is scrubbed (`reset --hard`, `clean -ffdx`) off the
-task's critical path and goes back on the free list; a task that finds no free slot while some
+the files that differ; after the task, the slot is scrubbed off the task's critical path (only the
+paths its commands touched, when its watch knows them and its index is untouched; else `reset
+--hard`, `clean -ffdx`) and goes back on the free list; a task that finds no free slot while some
 are being scrubbed waits for the first of them rather than checking out a new one (a whole tree).
 New slots are added (and old ones removed)
 under a per-clone lock that tasks wait for on the event loop, heartbeating.
@@ -36,8 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from git import Repo
-from git.exc import InvalidGitRepositoryError, NoSuchPathError
 from taskfleet.activities.support.git_async import (
     GIT_ENV,
     FileLocks,
@@ -49,9 +48,11 @@ from taskfleet.activities.support.git_async import (
     release,
     try_flock,
 )
-from taskfleet.activities.support.git_op_application import OpFailed, SymbolicReference
+from taskfleet.activities.support.git_op_application import OpFailed
 from taskfleet.activities.support.presence import WorkerPresence
 from taskfleet.activities.support.shared_clone import forget_registrations, owner_reason, registrations
+from taskfleet.activities.support import slot_watch
+from taskfleet.activities.support.work_commit import NotKnown, restore_paths, snapshot
 from taskfleet.activities.support.worktree_refs import (
     RefWriteRefused,
     admin_dir,
@@ -60,6 +61,8 @@ from taskfleet.activities.support.worktree_refs import (
     point_branch,
 )
 
+from taskfleet.core.git_objects import GitStoreError, open_repository
+from taskfleet.core.git_objects import resolve as resolve_ref
 from taskfleet.core.ids import slug
 from taskfleet.core.pod import pod_id
 
@@ -80,6 +83,33 @@ class Slot:
     lease: str = ""  # the presence key it was registered under
     head: str = ""  # the commit its clean checkout is at (set when it goes back on the free list)
     settings: tuple[bytes, bytes, bool] = (b"", b"", False)  # `_slot_settings` when it was made
+    # The kernel's account of what the current task's commands touched (slot_watch); `touched` is
+    # None when it is not known (no watch, or events were lost): then the scrub scans the tree.
+    watch: slot_watch.SlotWatch | None = None
+    touched: set[str] | None = None
+    index_stamp: tuple = ()  # the slot's index file when the task began: unchanged means still the base's
+
+    def drain(self) -> set[str] | None:
+        """The paths touched since the last drain, also added to `touched`; None when unknown."""
+        got = self.watch.take() if self.watch is not None else None
+        if got is None:
+            self.touched = None
+        elif self.touched is not None:
+            self.touched |= got
+        return got
+
+    def begin(self) -> None:
+        """A task starts on a clean slot: what happened before (checkout, scrub) is forgotten."""
+        if self.watch is not None and self.watch.take() is None:
+            self.watch.close()  # events were lost: its watches may name the wrong folders
+            self.watch = slot_watch.watch(self.path)
+        self.touched = set() if self.watch is not None else None
+        self.index_stamp = _index_stamp(self.path)
+
+    def close_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
 
 @dataclass
@@ -89,6 +119,7 @@ class Worktree:
     slot: Slot
     setup_seconds: float = 0.0
     new_slot: bool = False
+    tree: str = ""  # the implementer's work, snapshotted in process (`WorktreePool.snapshot`); "": staged by git
 
 
 @dataclass
@@ -107,6 +138,44 @@ class _Clone:
 
 
 _FLAGGED = re.compile(r"^(?:[a-z]|S )", re.MULTILINE)  # `ls-files -v`: assume-unchanged, skip-worktree
+
+
+_ADMIN_DIRS: dict[str, str] = {}  # slot -> its admin folder (a slot's `.git` link never changes)
+
+
+def _admin(path: Path) -> str:
+    key = str(path)
+    found = _ADMIN_DIRS.get(key)
+    if found is None:
+        found = str(admin_dir(path))
+        if len(_ADMIN_DIRS) > 4096:
+            _ADMIN_DIRS.clear()
+        _ADMIN_DIRS[key] = found
+    return found
+
+
+def _index_stamp(path: Path) -> tuple:
+    try:
+        st = os.stat(os.path.join(_admin(path), "index"))
+    except (OSError, RefWriteRefused):
+        return ()
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _settings_files(path: Path) -> tuple[bytes, bytes]:
+    """The slot's own worktree config and sparse-checkout patterns (see `_slot_settings`)."""
+    try:
+        admin = Path(_admin(path))
+    except (RefWriteRefused, OSError):
+        return b"?", b"?"
+
+    def read(file: Path) -> bytes:
+        try:
+            return file.read_bytes()
+        except OSError:
+            return b""
+
+    return read(admin / "config.worktree"), read(admin / "info" / "sparse-checkout")
 
 
 async def _slot_settings(path: Path) -> tuple[bytes, bytes, bool]:
@@ -129,20 +198,17 @@ async def _slot_settings(path: Path) -> tuple[bytes, bytes, bool]:
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
-    """A branch's commit read from the clone's ref files (no git process)."""
+    """A branch's commit, read in process (libgit2, a handle kept per thread: no git process, and
+    no repository object built per call on the event loop)."""
     try:
-        repo = Repo(repo_path)
-    except (InvalidGitRepositoryError, NoSuchPathError):
+        open_repository(repo_path)
+    except GitStoreError:
         raise OpFailed(f"{repo_path} is not a git clone on this worker") from None
-    try:
-        refs = [f"refs/heads/{branch}"] + ([f"refs/remotes/{remote}/{branch}"] if remote else [])
-        for ref in refs:
-            try:
-                return SymbolicReference.dereference_recursive(repo, ref)
-            except ValueError:
-                continue
-    finally:
-        repo.close()
+    refs = [f"refs/heads/{branch}"] + ([f"refs/remotes/{remote}/{branch}"] if remote else [])
+    for ref in refs:
+        found = resolve_ref(repo_path, ref)
+        if found:
+            return found
     if required:
         raise OpFailed(f"branch {branch} does not exist in {repo_path}" + (f" nor on {remote}" if remote else ""))
     return ""
@@ -195,7 +261,7 @@ class WorktreePool:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
             clone.owned.add(slot)
         try:
-            holder = checked_out_elsewhere(slot.path, branch) if branch is not None else ""
+            holder = await asyncio.to_thread(checked_out_elsewhere, slot.path, branch) if branch is not None else ""
         except (RefWriteRefused, OSError, ValueError):
             holder = ""  # a layout this cannot read as files (reftable): not checked
         if holder:
@@ -214,24 +280,27 @@ class WorktreePool:
                     if ran.code != 0:
                         await self._scrub(slot, heartbeat)
                         await git(slot.path, "checkout", "-q", "-f", "--detach", base_commit, heartbeat=heartbeat)
+                slot.begin()
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             if head == base_commit:
                 # Already a clean checkout of the base (scrubbed there off the task's time): only
                 # the branch moves. No file is touched and the index is not refreshed, so set-up
                 # costs two small ref-file writes whatever the size of the tree (git commands when
                 # the files cannot be written in-process).
-                try:
-                    point_branch(slot.path, branch, base_commit)
+                try:  # off the event loop: libgit2 writes ref and reflog files (a millisecond under load)
+                    await asyncio.to_thread(point_branch, slot.path, branch, base_commit)
                 except RefWriteRefused:
                     await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
                               base_commit, heartbeat=heartbeat)
                     await git(slot.path, "symbolic-ref", "HEAD", f"refs/heads/{branch}", heartbeat=heartbeat)
+                slot.begin()
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             args = ("checkout", "-q", "--ignore-other-worktrees", "-B", branch, base_commit)
             ran = await git_run(slot.path, *args, heartbeat=heartbeat)
             if ran.code != 0:  # local changes in the way: scrub and force
                 await self._scrub(slot, heartbeat)
                 await git(slot.path, "checkout", "-q", "-f", *args[2:], heartbeat=heartbeat)
+            slot.begin()
         except BaseException:
             await asyncio.shield(self._discard(slot))
             raise
@@ -250,6 +319,20 @@ class WorktreePool:
                 heartbeat()
             slot = self._pop_free(clone, base_commit)
         return slot
+
+    async def snapshot(self, worktree: Worktree, known: list[str] | None = None) -> bool:
+        """The implementer's work as a tree (`worktree.tree`), from the paths it touched (`known`,
+        else the slot's watch), without the index; False when those are not known here: the
+        caller stages with git."""
+        watched = worktree.slot.drain()
+        paths = list(known) if known is not None else watched
+        if paths is None:
+            return False
+        try:
+            worktree.tree = await asyncio.to_thread(snapshot, worktree.path, worktree.base_commit, paths)
+        except NotKnown:
+            return False
+        return True
 
     def give_back(self, worktree: Worktree) -> None:
         """Scrub the slot in the background (off the task's time) and put it back on the free list."""
@@ -276,6 +359,7 @@ class WorktreePool:
             trash.mkdir(parents=True, exist_ok=True)
             paths = [slot.path for slot in clone.owned]
             for slot in list(clone.owned):
+                slot.close_watch()
                 try:
                     slot.path.rename(trash / slot.name)
                 except OSError:
@@ -360,6 +444,7 @@ class WorktreePool:
         try:
             await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
             slot.settings = await _slot_settings(slot.path)  # as the clone gives a new worktree
+            slot.watch = slot_watch.watch(slot.path)
         except BaseException:
             await asyncio.shield(self._discard(slot))
             raise
@@ -378,17 +463,40 @@ class WorktreePool:
             await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat)
         await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat)
 
+    async def _restore_known(self, slot: Slot, base_commit: str) -> bool:
+        """Put back only the paths the task touched, when they are known and the index is still
+        the base's (no one ran `git add`, `commit` or `reset` in the slot): no scan of the tree.
+        False when that cannot be done; the caller scrubs in full."""
+        slot.drain()
+        touched, slot.touched = slot.touched, None
+        if touched is None or not base_commit or not slot.index_stamp:
+            return False
+        if _index_stamp(slot.path) != slot.index_stamp or _settings_files(slot.path) != slot.settings[:2]:
+            return False
+        def restore() -> None:
+            detach_head(slot.path, base_commit)
+            restore_paths(slot.path, base_commit, touched)
+
+        try:
+            await asyncio.to_thread(restore)
+        except (RefWriteRefused, NotKnown, OSError):
+            return False
+        return True
+
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
         """Back to a clean checkout of the base the task started from: the next task on that base
         (most of a board's) then only moves its branch (`take`)."""
         clone = self._clones.setdefault(slot.clone, _Clone())
         try:
             try:
-                await self._scrub(slot, commit=base_commit)
-                # With index flags, or its own sparse-checkout or worktree config changed since
-                # it was made, the next task would find files that are not the base's (or lose
-                # its edits to them from its commit): such a slot is discarded, not reused.
-                plain = await _slot_settings(slot.path) == slot.settings
+                if await self._restore_known(slot, base_commit):
+                    plain = True  # same index (so same flags), same config and patterns
+                else:
+                    await self._scrub(slot, commit=base_commit)
+                    # With index flags, or its own sparse-checkout or worktree config changed since
+                    # it was made, the next task would find files that are not the base's (or lose
+                    # its edits to them from its commit): such a slot is discarded, not reused.
+                    plain = await _slot_settings(slot.path) == slot.settings
             except (GitError, OSError):
                 plain = False
             if not plain:
@@ -408,6 +516,7 @@ class WorktreePool:
         return clone.free.pop() if clone.free else None
 
     async def _discard(self, slot: Slot) -> None:
+        slot.close_watch()
         clone = self._clones.get(slot.clone)
         if clone is not None:
             clone.owned.discard(slot)

@@ -4,22 +4,27 @@ Every worker of a board and the CLI that starts it reach the clone (tasks branch
 a worker's state dir is its own. So boards and outcomes live in the clone as git objects, kept
 reachable by refs under `refs/taskfleet/`, which `git gc` keeps and `git push` never sends.
 
-Plain `git` processes rather than GitPython: the CLI imports this too (GitPython runs `git` at
-import), and reads stream through one `git cat-file --batch` process instead of one per object.
-Writes (objects and refs) go in-process through `loose_objects` when the repository is the plain
-case, with git as the fallback.
+Objects and refs are written and read in process through libgit2 (pygit2): no `git` process per
+blob, tree, commit or ref (milliseconds each, on the path of every run's start and end), and no
+object or ref format written by hand. A ref moves by compare-and-swap under git's own lock file
+(`<ref>.lock`, taken by libgit2 as git takes it), so of two writers, git or us, exactly one wins.
+
+libgit2 reads neither SHA-256 clones nor reftable refs: such a clone is refused with one line
+(`GitStoreError`), never half-written.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
-from taskfleet.core import loose_objects
+import pygit2
+from pygit2.enums import FileMode
 
 # Commits in the run store need an identity; a worker's machine may have none configured.
 _IDENTITY = {
@@ -28,6 +33,8 @@ _IDENTITY = {
     "GIT_COMMITTER_NAME": "taskfleet",
     "GIT_COMMITTER_EMAIL": "taskfleet@localhost",
 }
+
+UNSUPPORTED = "libgit2 (pygit2), which taskfleet writes git objects with, reads neither"
 
 
 class GitStoreError(RuntimeError):
@@ -49,140 +56,209 @@ def git(repo: str | Path, *args: str, data: bytes | None = None, env: dict[str, 
     return done.stdout
 
 
+# A libgit2 repository handle is not to be shared between threads; one per thread and folder. Each
+# is checked against the folder's identity, so a clone removed and made again is opened afresh.
+_local = threading.local()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def supported_problem(git_dir: str | Path) -> str:
+    """Why libgit2 cannot be trusted with this clone (SHA-256 objects, reftable refs), or ""."""
+    try:
+        text = (Path(git_dir) / "config").read_text(errors="replace").lower()
+    except OSError:
+        text = ""
+    if "objectformat" in text.replace(" ", "") and "sha256" in text:
+        return f"{git_dir}: a SHA-256 clone: {UNSUPPORTED} SHA-256 clones nor reftable refs"
+    if "refstorage" in text.replace(" ", "") or (Path(git_dir) / "reftable").exists():
+        return f"{git_dir}: refs kept in a reftable: {UNSUPPORTED} SHA-256 clones nor reftable refs"
+    return ""
+
+
+def open_repository(repo: str | Path) -> pygit2.Repository:
+    """This thread's libgit2 handle on `repo` (a clone, bare or not, or a worktree of one);
+    GitStoreError when it is none, or one libgit2 cannot be trusted with."""
+    key = os.path.abspath(repo)
+    cache: dict = _local.__dict__.setdefault("repos", {})
+    found = cache.get(key)
+    if found is not None and found[1] == _identity(found[0].path) and found[1] is not None:
+        return found[0]
+    try:
+        handle = pygit2.Repository(key, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except (pygit2.GitError, KeyError, ValueError) as err:
+        if os.path.isdir(key):
+            common = _common_dir_of(key)
+            problem = supported_problem(common) if common else ""
+            if problem:
+                raise GitStoreError(problem) from None
+        raise GitStoreError(f"{key} is not a git repository: {err}") from None
+    problem = supported_problem(common_dir(handle))
+    if problem:
+        raise GitStoreError(problem)
+    if len(cache) > 128:
+        cache.clear()
+    cache[key] = (handle, _identity(handle.path))
+    return handle
+
+
+def common_dir(handle: pygit2.Repository) -> str:
+    path = Path(handle.path)
+    try:
+        text = (path / "commondir").read_text().strip()
+    except OSError:
+        return str(path)
+    common = Path(text)
+    return str(common if common.is_absolute() else (path / common).resolve())
+
+
+def _common_dir_of(folder: str) -> str:
+    """The git folder a directory's `.git` leads to (for a clear refusal when libgit2 cannot open it)."""
+    dot = Path(folder) / ".git"
+    if dot.is_dir():
+        return str(dot)
+    if (Path(folder) / "HEAD").is_file() and (Path(folder) / "objects").is_dir():
+        return folder
+    try:
+        text = dot.read_text()
+    except OSError:
+        return ""
+    if not text.startswith("gitdir: "):
+        return ""
+    admin = Path(text[len("gitdir: "):].strip())
+    admin = admin if admin.is_absolute() else (Path(folder) / admin).resolve()
+    try:
+        common = Path((admin / "commondir").read_text().strip())
+    except OSError:
+        return str(admin)
+    return str(common if common.is_absolute() else (admin / common).resolve())
+
+
 def is_repository(repo: str | Path) -> bool:
     """True when `repo` is a git repository this process can read (a clone, bare or not)."""
     try:
-        loose_objects.layout(repo)  # asked of git once per process and folder
-        return True
-    except loose_objects.NotPlain:
-        pass
-    try:
-        git(repo, "rev-parse", "--git-dir")
+        open_repository(repo)
     except GitStoreError:
         return False
     return True
 
 
-# Writes go in-process (`loose_objects`: the same files git writes, no process per object) and
-# fall back to the git command whenever the repository is not the plain case.
-
-
 def write_blob(repo: str | Path, data: bytes) -> str:
-    try:
-        return loose_objects.write_object(repo, "blob", data)
-    except loose_objects.NotPlain:
-        return git(repo, "hash-object", "-w", "--stdin", data=data).decode().strip()
+    return str(open_repository(repo).create_blob(data))
 
 
 def write_tree(repo: str | Path, blobs: list[tuple[str, str]], trees: list[tuple[str, str]] = ()) -> str:
-    """A tree of `blobs` and subtrees, each (name, id); in git's own order."""
+    """A tree of `blobs` and subtrees, each (name, id); libgit2 puts them in git's order."""
+    handle = open_repository(repo)
+    builder = handle.TreeBuilder()
     try:
-        return loose_objects.write_object(repo, "tree", loose_objects.tree_content(blobs, list(trees)))
-    except loose_objects.NotPlain:
-        pass
-    listing = "".join(f"100644 blob {oid}\t{name}\n" for name, oid in blobs)
-    listing += "".join(f"040000 tree {oid}\t{name}\n" for name, oid in trees)
-    return git(repo, "mktree", data=listing.encode()).decode().strip()
+        for name, oid in blobs:
+            builder.insert(name, pygit2.Oid(hex=oid), FileMode.BLOB)
+        for name, oid in trees:
+            builder.insert(name, pygit2.Oid(hex=oid), FileMode.TREE)
+        return str(builder.write())
+    except (pygit2.GitError, ValueError) as err:
+        raise GitStoreError(f"cannot write a tree in {repo}: {err}") from None
+
+
+def signature() -> pygit2.Signature:
+    return pygit2.Signature(_IDENTITY["GIT_COMMITTER_NAME"], _IDENTITY["GIT_COMMITTER_EMAIL"], int(time.time()), 0)
 
 
 def write_commit(repo: str | Path, tree: str, parent: str | None, message: str) -> str:
-    try:
-        content = loose_objects.commit_content(tree, parent, message, _IDENTITY["GIT_COMMITTER_NAME"],
-                                               _IDENTITY["GIT_COMMITTER_EMAIL"])
-        return loose_objects.write_object(repo, "commit", content)
-    except loose_objects.NotPlain:
-        pass
-    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-m", message]
-    return git(repo, *args, env=_IDENTITY).decode().strip()
+    """A commit as `git commit-tree -m message` makes it, by taskfleet's identity."""
+    handle = open_repository(repo)
+    who = signature()
+    parents = [pygit2.Oid(hex=parent)] if parent else []
+    oid = handle.create_commit(None, who, who, message.rstrip("\n") + "\n", pygit2.Oid(hex=tree), parents)
+    return str(oid)
 
 
 def resolve(repo: str | Path, ref: str) -> str | None:
     """The object a ref points at, or None when it does not exist."""
+    return _lookup(open_repository(repo), ref)
+
+
+def _lookup(handle: pygit2.Repository, ref: str) -> str | None:
     try:
-        return loose_objects.read_ref(repo, ref)
-    except loose_objects.NotPlain:
-        pass
-    try:
-        out = git(repo, "rev-parse", "--verify", "--quiet", ref)
-    except GitStoreError:
+        found = handle.references.get(ref)
+    except (pygit2.GitError, ValueError):
         return None
-    return out.decode().strip() or None
+    if found is None:
+        return None
+    try:
+        return str(found.resolve().target)
+    except (pygit2.GitError, KeyError):
+        return None
 
 
 def compare_and_swap(repo: str | Path, ref: str, new: str, old: str | None) -> bool:
     """Point `ref` at `new` only if it still points at `old` (None: only if it does not exist).
 
-    The ref's lock file is taken and the value compared under it (by git's rules, in-process or by
-    git), so of two writers racing from the same `old` exactly one wins; the other gets False and
-    retries from the new value.
+    The ref's lock file is taken (git's `<ref>.lock`) and the value compared under it, so of two
+    writers racing from the same `old` exactly one wins; the other gets False and retries from the
+    new value. A lock held by another writer is False too.
     """
+    return _set_ref(repo, ref, new, old, check_old=True)
+
+
+def _set_ref(repo: str | Path, ref: str, new: str, old: str | None, check_old: bool) -> bool:
+    handle = open_repository(repo)
+    if not pygit2.reference_is_valid_name(ref):
+        raise GitStoreError(f"not a valid ref name: {ref!r}")
     try:
-        return loose_objects.update_ref(repo, ref, new, old)
-    except loose_objects.NotPlain:
-        pass
-    try:
-        git(repo, "update-ref", ref, new, old or "")
-    except GitStoreError:
+        with handle.transaction() as txn:
+            txn.lock_ref(ref)
+            if check_old and _lookup(handle, ref) != old:
+                raise _Moved
+            txn.set_target(ref, pygit2.Oid(hex=new), message="taskfleet")
+    except _Moved:
+        return False
+    except pygit2.GitError:
+        # Locked by another writer, or a ref in the way (`a` against `a/b`): not changed.
         return False
     return True
+
+
+class _Moved(Exception):
+    pass
 
 
 def keep(repo: str | Path, ref: str, oid: str) -> None:
     """Make `oid` reachable from `ref` (idempotent): content-addressed refs never change."""
     if resolve(repo, ref) == oid:
         return
-    try:
-        if loose_objects.update_ref(repo, ref, oid, None, check_old=False):
-            return
-    except loose_objects.NotPlain:
-        pass
-    git(repo, "update-ref", ref, oid)
+    if not _set_ref(repo, ref, oid, None, check_old=False) and resolve(repo, ref) != oid:
+        raise GitStoreError(f"cannot point {ref} at {oid} in {repo} (locked, or a ref in the way)")
 
 
 class ObjectReader:
-    """Reads objects one at a time through a single `git cat-file --batch` process."""
+    """Reads objects in process (libgit2), one handle for the reader's life."""
 
     def __init__(self, repo: str | Path) -> None:
         self.repo = str(repo)
-        self._proc: subprocess.Popen | None = None
-
-    def _process(self) -> subprocess.Popen:
-        if self._proc is None:
-            self._proc = subprocess.Popen(
-                ["git", "-C", self.repo, "cat-file", "--batch"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            )
-        return self._proc
+        self._handle: pygit2.Repository | None = None
 
     def read(self, spec: str) -> bytes | None:
         """The content of `spec` (an object id, or `<tree>:<path>`), None when it does not exist."""
-        proc = self._process()
-        stdin: IO[bytes] = proc.stdin  # type: ignore[assignment]
-        stdout: IO[bytes] = proc.stdout  # type: ignore[assignment]
+        if self._handle is None:
+            self._handle = open_repository(self.repo)
         try:
-            stdin.write(spec.encode() + b"\n")
-            stdin.flush()
-            header = stdout.readline()
-        except (BrokenPipeError, OSError) as err:
-            raise GitStoreError(f"git cat-file in {self.repo}: {err}") from None
-        if not header:
-            raise GitStoreError(f"git cat-file in {self.repo}: exited (is it a repository?)")
-        parts = header.split()
-        if len(parts) != 3:  # "<spec> missing" or "ambiguous"
+            found = self._handle.revparse_single(spec)
+        except (KeyError, ValueError, pygit2.GitError):
             return None
-        size = int(parts[2])
-        data = stdout.read(size)
-        stdout.read(1)  # the newline after the content
-        return data
+        if isinstance(found, pygit2.Blob):
+            return found.data
+        return found.read_raw()
 
     def close(self) -> None:
-        if self._proc is not None:
-            if self._proc.stdin:
-                self._proc.stdin.close()
-            self._proc.wait()
-            if self._proc.stdout:
-                self._proc.stdout.close()
-            self._proc = None
+        self._handle = None
 
 
 @contextmanager
