@@ -49,6 +49,7 @@ def remote_file(fx: GitRemoteFixture, branch: str, name: str) -> str:
     return git(fx.remote, "show", f"refs/heads/{branch}:{name}")
 
 
+@pytest.mark.smoke
 async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue, git_remote: GitRemoteFixture):
     gb = batcher(client, git_remote, task_queue, max_batch_size=5)
     ops = [commit_op(git_remote, f"task/t{i}")[0] for i in range(10)]
@@ -81,6 +82,22 @@ async def test_age_flush_lands_with_one_push(client: Client, make_worker, task_q
     assert git_remote.pushes() == 1
     assert status.stats.total_batches == 1
     assert all(git_remote.remote_ref(f"age/{i}") for i in range(3))
+
+
+async def test_an_op_reaching_an_idle_batcher_lands_at_its_age(client: Client, make_worker, task_queue, git_remote):
+    """After a flush the batcher holds nothing and waits with no timer; a lone op sent then (as a
+    person does with the temporal CLI) must still land once it is max_batch_age_seconds old."""
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10, max_batch_age_seconds=1)
+    async with make_worker():
+        await gb.enqueue(commit_op(git_remote, "idle/first")[0])
+        await gb.flush()
+        await landed_ops(gb, 1)
+        await gb.enqueue(commit_op(git_remote, "idle/lone")[0])
+        status = await landed_ops(gb, 2)
+        save_history("git_batcher_idle_arrival", (await gb.handle.fetch_history()).to_json())
+    assert git_remote.pushes() == 2
+    assert status.stats.total_batches == 2
+    assert git_remote.remote_ref("idle/lone") == git(git_remote.clone, "rev-parse", "idle/lone")
 
 
 async def test_manual_flush_by_signal_and_update(client: Client, make_worker, task_queue, git_remote):

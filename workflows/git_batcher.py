@@ -66,6 +66,12 @@ with workflow.unsafe.imports_passed_through():
 # state that survives continue-as-new travels as data (the carried state dataclass), which the next
 # version reads; a move mid-run replays this run's history on the new code, so any new command is
 # guarded with `workflow.patched` (as the renamed activities are) and old histories still replay.
+# An op that reaches an idle batcher (nothing queued, so no age timer) arms the timer for its own
+# age: before this, the wait had no timeout and woke only on the next message, so a lone op sent by
+# hand waited for the next op or a flush. Guarded: histories of the older loop replay unchanged.
+PATCH_AGE_TIMER_ON_ARRIVAL = "git-batcher-age-timer-on-arrival"
+
+
 @workflow.defn(name=GIT_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class GitBatchWorkflow(BatchingMixin):
     @workflow.init
@@ -111,14 +117,17 @@ class GitBatchWorkflow(BatchingMixin):
             len(self.s.failed_batches),
         )
         self._refresh_details()
+        rearm_on_arrival = workflow.patched(PATCH_AGE_TIMER_ON_ARRIVAL)
         while True:
+            due_in = self._until_oldest_is_due()  # None: nothing queued, no timer
             try:
                 await workflow.wait_condition(
                     lambda: self._flush_due()
                     or bool(self.s.pending_batches)
                     or self._should_continue_as_new()
-                    or self._replies.pending,
-                    timeout=self._until_oldest_is_due(),
+                    or self._replies.pending
+                    or (rearm_on_arrival and due_in is None and bool(self.s.queue)),
+                    timeout=due_in,
                 )
             except asyncio.TimeoutError:
                 pass
