@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from temporalio.service import RPCError
 
 from taskfleet.cli.demo import DEMO_TASK_QUEUE
@@ -26,6 +27,7 @@ async def cli(address: str, *args: str, task_queue: str = "taskfleet", timeout: 
     return subprocess.CompletedProcess(cmd, proc.returncode, out.decode(), err.decode())
 
 
+@pytest.mark.smoke
 async def test_demo_runs_the_example_board_with_one_push(server_address: str, tmp_path: Path):
     # As a person with TEMPORAL_ADDRESS set runs it: no --address, the server they already run is used.
     env = {**os.environ, "TEMPORAL_ADDRESS": server_address}

@@ -72,6 +72,7 @@ def lessons(settings) -> list[dict]:
 # --- a Claude judge of Claude tasks -----------------------------------------------------------------
 
 
+@pytest.mark.smoke
 async def test_approve_lands(client, make_worker, task_queue, git_remote, standin):
     standin.script = {"J1": [{"edits": EDITS_2, "summary": "compute it"}]}
     standin.reviews = {"J1": [APPROVE]}

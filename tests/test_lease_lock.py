@@ -53,6 +53,7 @@ async def test_workflow_id_is_readable_and_one_per_resource():
     assert a != lease_lock_workflow_id("/srv/other/demo")
 
 
+@pytest.mark.smoke
 async def test_mutual_exclusion_with_concurrent_holders(client: Client, task_queue: str, lock_worker):
     lock = make_lock(client, task_queue, resource(), lease_seconds=10)
     inside = 0

@@ -57,6 +57,7 @@ def assert_landed(result: OrchestratorResult, fx: GitRemoteFixture) -> None:
         assert git(fx.remote, "show", f"{t.commit}:llm/{t.id}.txt") == t.id
 
 
+@pytest.mark.smoke
 async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue, git_remote, standin):
     async with make_worker():
         board = parse_toml_board(llm_board(3, llm_batch_max_size=3))

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from taskfleet.clients.merge_queue import MergeQueueClient
@@ -81,6 +82,7 @@ def outcomes(status: MergeQueueStatus) -> dict[str, object]:
     return {o.entry_id: o for o in status.recent}
 
 
+@pytest.mark.smoke
 async def test_a_batch_is_verified_once_and_lands_with_one_push(client, make_worker, task_queue, tmp_path):
     fx = library_remote(tmp_path)
     updates = fast_forward_only(fx)

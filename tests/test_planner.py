@@ -63,6 +63,7 @@ def no_key_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
 
 
+@pytest.mark.smoke
 async def test_the_planner_writes_a_board_taskfleet_run_accepts(client, make_worker, task_queue, git_remote, standin,
                                                                 user_dir, server_address):
     git_remote.change(git_remote.clone, "docs/guide.md", "# Guide\nsay hello\n")
