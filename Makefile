@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test worker bench bench-quick histories lint docs clean
+.PHONY: install demo test test-fast worker bench bench-quick histories lint docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The unit tests and one end-to-end path per workflow (the `smoke` marker), for the edit-test loop;
+# tests that need the session's dev server or start servers, workers and builds of their own are left
+# to `make test`.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not server and not slow or smoke" $(PYTEST_ARGS)
 
 worker: $(STAMP)
 	$(PY) worker.py --dev

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow  # runs every benchmark script in quick mode
+
 BENCHMARKS = ROOT / "benchmarks"
 HELPERS = {"common.py", "send_ops.py"}  # imported or started by the benchmarks, not benchmarks themselves
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)

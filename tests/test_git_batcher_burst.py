@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -17,6 +18,8 @@ from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import ROOT, GitRemoteFixture, eventually, git
 from tests.test_git_batcher_stream import make_branches
+
+pytestmark = pytest.mark.slow  # a burst from five clients on a server of its own
 
 CLIENTS = 5
 OPS_PER_CLIENT = 300

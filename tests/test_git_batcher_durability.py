@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from taskfleet.clients.git_batcher import GitBatcherClient
@@ -16,6 +17,8 @@ from tests.conftest import (
     landed_ops,
     save_history,
 )
+
+pytestmark = pytest.mark.slow  # kills workers of its own mid-push
 
 
 def assert_each_landed_once(fx: GitRemoteFixture, ops: list[GitOp]) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -21,6 +22,8 @@ from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
 from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import GitRemoteFixture, eventually, git
+
+pytestmark = pytest.mark.slow  # streams ops through continue-as-new on a server of its own
 
 CLIENTS = 5
 OPS_PER_CLIENT = 300

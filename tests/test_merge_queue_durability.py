@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from taskfleet.clients.merge_queue import MergeQueueClient
@@ -12,6 +13,8 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, save_history
 from tests.test_merge_queue import decided
 from tests.test_worker_process import free_port
+
+pytestmark = pytest.mark.slow  # kills workers of its own mid-verify and mid-push
 
 
 def merges_of(fx: GitRemoteFixture, entry_id: str) -> int:

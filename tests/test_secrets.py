@@ -12,12 +12,15 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from taskfleet.testing.standin import StandIn
 from tests.conftest import GitRemoteFixture, WorkerProcess, git, save_history
 from tests.llm_support import FAST_POLLS
 from tests.user_cli import taskfleet
+
+pytestmark = pytest.mark.slow  # workers of its own, with credentials in their environment
 
 CREDENTIALS = ("ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "TEMPORAL_API_KEY")
 

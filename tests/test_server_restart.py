@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
@@ -24,6 +25,8 @@ from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.core.search_attributes import dev_server_flags
 from taskfleet.devserver.server import find_temporal_cli
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually
+
+pytestmark = pytest.mark.slow  # starts and restarts a server of its own
 
 WRITE = 'echo "$TASKFLEET_TASK_ID" > "$TASKFLEET_TASK_ID.txt"'
 BOARDS_BEFORE = 12

@@ -24,6 +24,8 @@ from temporalio.client import Client
 from taskfleet.clients.pollers import workflow_pollers
 from tests.conftest import ROOT, GitRemoteFixture, eventually
 
+pytestmark = pytest.mark.slow  # builds the wheel and installs it in a fresh venv
+
 
 @pytest.fixture(scope="session")
 def wheel_and_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
