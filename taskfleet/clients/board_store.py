@@ -8,7 +8,7 @@ workflow's input is the same few hundred bytes for 10 tasks or 100,000.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -61,18 +61,21 @@ def store_checked_board(checked: CheckedBoard, repo: str, remote: str | None = N
     if checked.board is not None:
         return checked.board
     assert checked.head is not None
+    settings = checked.settings
     if remote is not None:
-        settings = checked.settings()
-        repo, checked.head.settings["base"] = check_clone(
-            repo, settings.base, remote, (settings.queue_target if settings.land == "queue" else None))
-    repo = os.path.abspath(repo)
-    _check_clone(repo)
+        repo, base = check_clone(repo, settings.base, remote, settings.queue_target if settings.land == "queue" else None)
+        # The base every row is checked against, and the run's.
+        checked.head.settings["base"] = base
+        settings = replace(settings, base=base)
+    else:
+        repo = os.path.abspath(repo)
+        _check_clone(repo)
     try:
         reference, first = write_board_with_first_page(repo, chain([checked.head], checked.rows), checked.source,
                                                        FIRST_PAGE_MAX_ROWS, FIRST_PAGE_MAX_BYTES)
     except GitStoreError as err:
         raise BoardError(f"cannot store board {checked.source} in {repo}: {err}") from None
-    return StoredBoard(reference=reference, settings=checked.settings(), first_page=first)
+    return StoredBoard(reference=reference, settings=settings, first_page=first)
 
 
 def store_board_file(path: str | Path, repo: str, **overrides: Any) -> StoredBoard:

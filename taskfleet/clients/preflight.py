@@ -45,8 +45,11 @@ def check_clone(repo: str, base: str, remote: str, queue_target: str | None = No
             f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
             "pass --base (markdown board) or set `base` in the board"
         )
-    if queue_target is not None:
-        check_queue_target(path, queue_target or base, remote)
+    if queue_target is not None and not _has_branch(path, remote, queue_target or base):
+        raise StartupError(
+            f"--repo {path}: the merge queue's target {queue_target or base!r} exists neither locally nor on "
+            f"{remote}; set `queue_target` (or `base`) to a branch the remote has"
+        )
     return path, base
 
 
@@ -64,12 +67,3 @@ def default_base(repo: str, remote: str) -> str:
             "does not say); pass --base (markdown board) or set `base` in the board"
         )
     return name
-
-
-def check_queue_target(repo: str, target: str, remote: str) -> None:
-    """A board landing through the merge queue needs its target branch on the remote."""
-    if not _has_branch(repo, remote, target):
-        raise StartupError(
-            f"--repo {repo}: the merge queue's target {target!r} exists neither locally nor on {remote}; "
-            "set `queue_target` (or `base`) to a branch the remote has"
-        )

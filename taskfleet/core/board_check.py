@@ -32,20 +32,13 @@ class CheckedBoard:
     """A board that passed its board-wide checks: a streamed one (`head`, `rows`) or a whole one (`board`)."""
 
     source: str
+    settings: Board  # the board-wide settings a run starts with (a streamed board's without tasks)
     head: BoardHead | None = None  # the file's keys with the CLI's overrides on top
     rows: Iterator[RawTask] = iter(())  # read and checked as the store asks for them
     board: Board | None = None  # checked whole: every task valid
     # Open markdown tasks whose Verification cell keeps its own command despite --verify; complete
     # once the rows are read (the cell is the more specific setting, so it wins).
     own_verification: list[str] = field(default_factory=list)
-
-    def settings(self) -> Board:
-        """The board-wide settings as the `Board` (without tasks) a run starts with."""
-        if self.board is not None:
-            return self.board
-        assert self.head is not None
-        return Board(tasks=[], name=self.head.name, path=self.source, format=self.head.format,
-                     **board_wide(self.head.settings))
 
 
 def check_board(parsed: ParsedBoard, **overrides: Any) -> CheckedBoard:
@@ -56,12 +49,13 @@ def check_board(parsed: ParsedBoard, **overrides: Any) -> CheckedBoard:
         board = parse(parsed.text, source=parsed.source, **overrides)
         board.path = parsed.source
         own = [t.id for t in board.tasks if not t.done and t.verify != verify] if verify and board.format == "markdown" else []
-        return CheckedBoard(source=parsed.source, board=board, own_verification=own)
+        return CheckedBoard(source=parsed.source, settings=board, board=board, own_verification=own)
     assert parsed.head is not None
     head = BoardHead(format=parsed.head.format, name=parsed.head.name, rows=parsed.head.rows,
                      settings={**parsed.head.settings, **_defaults(overrides)})
     check_head(head, parsed.source)
-    checked = CheckedBoard(source=parsed.source, head=head)
+    settings = Board(tasks=[], name=head.name, path=parsed.source, format=head.format, **board_wide(head.settings))
+    checked = CheckedBoard(source=parsed.source, settings=settings, head=head)
     rows: Iterable[RawTask] = parsed.rows
     if head.format == "markdown":
         rows = _markdown_needs_run(rows, head, parsed.source)

@@ -9,7 +9,6 @@ Reading a board file is `taskfleet.core.board_parse`'s; the board-wide checks, `
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -48,20 +47,6 @@ class RawTask:
     row: dict[str, Any] | None = None
     error: str = ""
     id: str = ""
-
-    def to_json(self) -> str:
-        data: dict[str, Any] = {"n": self.number, "line": self.line}
-        if self.error:
-            data.update(id=self.id, error=self.error)
-        else:
-            data["row"] = self.row
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> RawTask:
-        data = json.loads(text)
-        return cls(number=data["n"], line=data["line"], row=data.get("row"), error=data.get("error", ""),
-                   id=data.get("id", "") or str((data.get("row") or {}).get("id", "")))
 
 
 def scan_specs(board: Board) -> Iterator[BoardHead | RawTask]:
