@@ -62,14 +62,14 @@ def store_checked_board(checked: CheckedBoard, repo: str, remote: str | None = N
         return checked.board
     assert checked.head is not None
     settings = checked.settings
-    if remote is not None:
+    if remote is None:
+        repo = os.path.abspath(repo)
+        _check_clone(repo)
+    else:
         repo, base = check_clone(repo, settings.base, remote, settings.queue_target if settings.land == "queue" else None)
         # The base every row is checked against, and the run's.
         checked.head.settings["base"] = base
         settings = replace(settings, base=base)
-    else:
-        repo = os.path.abspath(repo)
-        _check_clone(repo)
     try:
         reference, first = write_board_with_first_page(repo, chain([checked.head], checked.rows), checked.source,
                                                        FIRST_PAGE_MAX_ROWS, FIRST_PAGE_MAX_BYTES)

@@ -56,13 +56,9 @@ def check_board(parsed: ParsedBoard, **overrides: Any) -> CheckedBoard:
     check_head(head, parsed.source)
     settings = Board(tasks=[], name=head.name, path=parsed.source, format=head.format, **board_wide(head.settings))
     checked = CheckedBoard(source=parsed.source, settings=settings, head=head)
-    rows: Iterable[RawTask] = parsed.rows
-    if head.format == "markdown":
-        rows = _markdown_needs_run(rows, head, parsed.source)
-        if verify:
-            as_given = BoardHead(format=head.format, name=head.name, rows=head.rows, settings=dict(head.settings))
-            rows = _own_verification(rows, as_given, parsed.source, verify, checked.own_verification)
-    checked.rows = unique_ids(rows, parsed.source)
+    # The notice about --verify goes by the board as given, before the store asks for a default base.
+    as_given = BoardHead(format=head.format, name=head.name, rows=head.rows, settings=dict(head.settings))
+    checked.rows = _checked_rows(parsed.rows, head, as_given, parsed.source, verify, checked.own_verification)
     return checked
 
 
@@ -72,52 +68,64 @@ def check_head(head: BoardHead, source: str) -> None:
     validate_board(Board(tasks=[probe], **board_wide(head.settings)), source)
 
 
-def _markdown_needs_run(rows: Iterable[RawTask], head: BoardHead, source: str) -> Iterator[RawTask]:
+def _checked_rows(rows: Iterable[RawTask], head: BoardHead, as_given: BoardHead, source: str, verify: str | None,
+                  own: list[str]) -> Iterator[RawTask]:
+    """The rows, each passing the board-wide row rules as it is read (BoardError refuses the board),
+    while `own` collects the open markdown rows whose cell names a command other than `verify`: only
+    a notice, so on a board with a row that cannot run as written none is given."""
+    markdown = head.format == "markdown"
+    needs_run = markdown and not str(head.settings.get("run", "")).strip()
+    unique = _Unique(source)
+    notice = markdown and bool(verify)
     for raw in rows:
-        if raw.row is not None and not raw.row["done"] and not str(head.settings.get("run", "")).strip():
+        if needs_run and raw.row is not None and not raw.row["done"]:
             # A markdown row cannot name a command: without --run no task of the board can run.
             raise BoardError(f"{source}:{raw.line}: task {raw.id} has no run command (set `run`, or --run)")
-        yield raw
-
-
-def _own_verification(rows: Iterable[RawTask], head: BoardHead, source: str, verify: str,
-                      own: list[str]) -> Iterator[RawTask]:
-    """Collect into `own` the open rows whose cell names a command other than `verify`. Only a
-    notice: on a board with a row that cannot run as written, none is given."""
-    valid = True
-    for raw in rows:
-        if valid and raw.row is not None and not raw.row["done"] and raw.row.get("verify", verify) != verify:
-            own.append(raw.id)
-        if valid:
+        unique.add(raw)
+        if notice:
+            if raw.row is not None and not raw.row["done"] and raw.row.get("verify", verify) != verify:
+                own.append(raw.id)
             try:
-                task_from_row(raw, head, source)
+                task_from_row(raw, as_given, source)
             except BoardError:
-                valid = False
+                notice = False
                 own.clear()
         yield raw
 
 
 def unique_ids(rows: Iterable[BoardHead | RawTask], source: str) -> Iterator[BoardHead | RawTask]:
-    """Refuse the board (BoardError naming both lines) when two tasks share an id or a branch.
+    """Refuse the board (BoardError naming both lines) when two tasks share an id or a branch."""
+    unique = _Unique(source)
+    for item in rows:
+        if isinstance(item, RawTask):
+            unique.add(item)
+        yield item
+
+
+class _Unique:
+    """Task ids and branches seen so far: a second use refuses the board, naming both lines.
 
     Unlike a malformed task, which fails alone, this is refused before anything starts: the run
     store and landing keep outcomes by task id, and two tasks on one branch would overwrite each
     other. Keeps one entry per task id and branch: the only part of a board the writer holds whole.
     """
-    ids: dict[str, int] = {}
-    branches: dict[str, tuple[str, int]] = {}
-    for item in rows:
-        if isinstance(item, RawTask) and item.row is not None:
-            task_id, branch = item.row.get("id"), item.row.get("branch") or f"task/{item.row.get('id')}"
-            where = f"{source}:{item.line}" if item.line else f"{source}: task #{item.number}"
-            if isinstance(task_id, str):
-                if task_id in ids:
-                    raise BoardError(f"{where}: duplicate task id {task_id} (first on line {ids[task_id]})")
-                ids[task_id] = item.line
-            if isinstance(branch, str):
-                if branch in branches:
-                    other, line = branches[branch]
-                    raise BoardError(f"{where}: tasks {other} (line {line}) and {task_id} share branch {branch}")
-                branches[branch] = (str(task_id), item.line)
-        yield item
 
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.ids: dict[str, int] = {}
+        self.branches: dict[str, tuple[str, int]] = {}
+
+    def add(self, raw: RawTask) -> None:
+        if raw.row is None:
+            return
+        task_id, branch = raw.row.get("id"), raw.row.get("branch") or f"task/{raw.row.get('id')}"
+        where = f"{self.source}:{raw.line}" if raw.line else f"{self.source}: task #{raw.number}"
+        if isinstance(task_id, str):
+            if task_id in self.ids:
+                raise BoardError(f"{where}: duplicate task id {task_id} (first on line {self.ids[task_id]})")
+            self.ids[task_id] = raw.line
+        if isinstance(branch, str):
+            if branch in self.branches:
+                other, line = self.branches[branch]
+                raise BoardError(f"{where}: tasks {other} (line {line}) and {task_id} share branch {branch}")
+            self.branches[branch] = (str(task_id), raw.line)
