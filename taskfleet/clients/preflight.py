@@ -1,4 +1,5 @@
-"""Checks `taskfleet run` and `taskfleet plan` make before they start anything: the clone, its base branch and remote.
+"""Checks `taskfleet run` and `taskfleet plan` make before they start anything: the clone, its base
+branch and remote.
 
 A wrong `--repo` found by the tasks seconds later fails every task and leaves a batcher running for
 a clone that does not exist; found here, it is one line and nothing starts.

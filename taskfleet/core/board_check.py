@@ -34,7 +34,7 @@ class CheckedBoard:
     source: str
     settings: Board  # the board-wide settings a run starts with (a streamed board's without tasks)
     head: BoardHead | None = None  # the file's keys with the CLI's overrides on top
-    rows: Iterator[RawTask] = iter(())  # read and checked as the store asks for them
+    rows: Iterator[RawTask] = field(default_factory=lambda: iter(()))  # checked as the store reads them
     board: Board | None = None  # checked whole: every task valid
     # Open markdown tasks whose Verification cell keeps its own command despite --verify; complete
     # once the rows are read (the cell is the more specific setting, so it wins).

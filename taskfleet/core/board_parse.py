@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ class ParsedBoard:
     source: str  # how messages name the board (its path)
     format: str  # "toml" or "markdown"
     head: BoardHead | None = None
-    rows: Iterator[RawTask] = iter(())
+    rows: Iterator[RawTask] = field(default_factory=lambda: iter(()))
     text: str | None = None
 
 

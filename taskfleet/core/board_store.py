@@ -72,9 +72,10 @@ def _row_of(text: str | bytes) -> RawTask:
 
 
 def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: str = "") -> BoardReference:
-    """Store a scanned board (`board_rows.scan_*`) in the clone, a page at a time; its reference.
+    """Store a board's rows (its `BoardHead` first, then a `RawTask` per task) in the clone, a page
+    at a time; its reference.
 
-    Holds one page in memory; BoardError from the scan (a board-wide problem) stops it before the
+    Holds one page in memory; a BoardError from the rows (a board-wide problem) stops it before the
     reference exists (the blobs already written are unreachable and go with the next `git gc`).
     """
     iterator = iter(items)
