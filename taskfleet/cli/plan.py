@@ -23,7 +23,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowFailureError
 
 from taskfleet.cli.common import client_for, examples
-from taskfleet.cli.preflight import check_clone
+from taskfleet.clients.preflight import check_clone
 from taskfleet.clients.planner import start_plan
 from taskfleet.core.models.plan import PlanInput, PlanResult
 from taskfleet.core.plan_input import InvalidPlanInput, parse_plan_input

@@ -17,15 +17,12 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.cli.common import client_for, examples
-from taskfleet.cli.preflight import check_clone, check_queue_target
-from taskfleet.clients.board_store import StoredBoard, board_settings, read_board_head, store_board_file
-from taskfleet.clients.orchestrator import progress, start_board
+from taskfleet.clients.board_start import BoardRun, start_board_file
+from taskfleet.clients.orchestrator import progress
 from taskfleet.clients.pollers import MISSING, WORKING, run_worker_state
 from taskfleet.clients.run_store import RunStoreError, write_result_json, write_status_json
-from taskfleet.clients.search_attributes import ensure_search_attributes
-from taskfleet.core.boards import BoardError, load_board
+from taskfleet.core.boards import BoardError
 from taskfleet.core.models.orchestrator import (
-    Board,
     OrchestratorProgress,
     OrchestratorResult,
     OrchestratorStats,
@@ -227,20 +224,8 @@ def _board_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _own_verification_of_file(args: argparse.Namespace, settings: Board) -> list[str]:
-    if not args.verify or settings.format != "markdown":
-        return []
-    try:
-        return _own_verification(args, load_board(args.board, **_board_overrides(args)))
-    except BoardError:  # a bad row fails that task alone when the run loads it; this is only a notice
-        return []
-
-
-def _own_verification(args: argparse.Namespace, board: Board) -> list[str]:
-    """Open tasks of a markdown board that keep their own Verification command despite --verify."""
-    if not args.verify or board.format != "markdown":
-        return []
-    return [t.id for t in board.tasks if not t.done and t.verify != args.verify]
+def _say(notice: str) -> None:
+    print(f"taskfleet: {notice}", file=sys.stderr)
 
 
 def _print_json(value: Any) -> None:
@@ -248,47 +233,19 @@ def _print_json(value: Any) -> None:
 
 
 async def run_board(args: argparse.Namespace) -> int:
-    board: Board | StoredBoard
+    run = BoardRun(path=args.board, repo=args.repo, remote=args.remote, overrides=_board_overrides(args),
+                   check_clone=not args.no_check, address=args.address, namespace=args.namespace,
+                   task_queue=args.task_queue, max_parallel=args.max_parallel or 0, workflow_id=args.id or None)
     try:
-        if args.no_check:
-            # The clone is on the worker's machine only: the tasks go inline (the workflow takes
-            # up to 256 KB of them, stores them in the clone, then runs them like any board).
-            board = load_board(args.board, **_board_overrides(args))
-            settings, repo = board, args.repo
-        else:
-            overrides = _board_overrides(args)
-            settings = board_settings(read_board_head(args.board, **overrides), str(args.board))
-            # A board that names no base gets the remote's default branch, asked here.
-            repo, overrides["base"] = check_clone(args.repo, settings.base, args.remote)
-            settings.base = overrides["base"]
-            if settings.land == "queue":
-                check_queue_target(repo, settings.queue_target or settings.base, args.remote)
-            # Stored in the clone a line at a time: the CLI never holds the board, the workflow
-            # starts with its reference and loads it a page at a time.
-            board = store_board_file(args.board, repo, **overrides)
+        started = await start_board_file(run, _say)
     except BoardError as err:
         print(f"taskfleet: board refused: {err}", file=sys.stderr)
         return 2
-    own = _own_verification(args, settings) if isinstance(board, Board) else _own_verification_of_file(args, settings)
-    if own:
-        # The cell is the more specific setting, so it wins; say so rather than ignore --verify silently.
-        print(f"taskfleet: --verify applies to the other tasks; {', '.join(own)} keep the command in their "
-              "Verification cell", file=sys.stderr)
-    client = await client_for(args)
-    notice = await ensure_search_attributes(client)
-    if notice:
-        print(f"taskfleet: {notice}", file=sys.stderr)
-    try:
-        handle = await start_board(
-            client, board, repo, task_queue=args.task_queue, remote=args.remote,
-            max_parallel=args.max_parallel or 0,
-            workflow_id=args.id or None,
-        )
     except WorkflowAlreadyStartedError:
         print(f"taskfleet: a run with id {args.id} is still running; "
               f"{_how_to_follow(args, args.id)}, or pick another --id", file=sys.stderr)
         return 2
-    open_tasks = board.reference.open_tasks if isinstance(board, StoredBoard) else sum(1 for t in board.tasks if not t.done)
+    client, handle, open_tasks = started.client, started.handle, started.open_tasks
     if not args.json:
         print(f"started {handle.id} ({open_tasks} tasks); `taskfleet{_connection_flags(args)} status {handle.id}` "
               "to check on it", file=sys.stderr)

@@ -55,10 +55,27 @@ def _page_name(first_row: int) -> str:
     return f"pages/{first_row:09d}.jsonl"
 
 
-def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: str = "") -> BoardReference:
-    """Store a scanned board (`board_rows.scan_*`) in the clone, a page at a time; its reference.
+def _row_line(raw: RawTask) -> str:
+    """One row of a page: `{"n", "line", "row"}`, or `{"n", "line", "id", "error"}` for a row that cannot be read."""
+    data: dict[str, Any] = {"n": raw.number, "line": raw.line}
+    if raw.error:
+        data.update(id=raw.id, error=raw.error)
+    else:
+        data["row"] = raw.row
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
-    Holds one page in memory; BoardError from the scan (a board-wide problem) stops it before the
+
+def _row_of(text: str | bytes) -> RawTask:
+    data = json.loads(text)
+    return RawTask(number=data["n"], line=data["line"], row=data.get("row"), error=data.get("error", ""),
+                   id=data.get("id", "") or str((data.get("row") or {}).get("id", "")))
+
+
+def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: str = "") -> BoardReference:
+    """Store a board's rows (its `BoardHead` first, then a `RawTask` per task) in the clone, a page
+    at a time; its reference.
+
+    Holds one page in memory; a BoardError from the rows (a board-wide problem) stops it before the
     reference exists (the blobs already written are unreachable and go with the next `git gc`).
     """
     iterator = iter(items)
@@ -84,7 +101,7 @@ def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: 
     for item in iterator:
         if not isinstance(item, RawTask):
             raise TypeError("a scanned board has one BoardHead")
-        line = (item.to_json() + "\n").encode()
+        line = (_row_line(item) + "\n").encode()
         if page and (len(page) >= STORE_PAGE_ROWS or page_bytes + len(line) > STORE_PAGE_BYTES):
             flush()
         page.append(line)
@@ -160,7 +177,7 @@ class BoardReader:
                 continue
             lines = self._read(_page_name(first)).splitlines()
             for offset in range(max(start - first, 0), count):
-                yield first + offset, RawTask.from_json(lines[offset])
+                yield first + offset, _row_of(lines[offset])
 
     def page(self, request: BoardPageRequest) -> BoardPage:
         """Rows from `request.start`, validated one by one, until `max_tasks` rows or `max_bytes`."""
@@ -223,7 +240,7 @@ def write_board_with_first_page(repo: str | Path, items: Iterable[BoardHead | Ra
                 heads.append(BoardHead(format=item.format, name=item.name, rows=item.rows,
                                        settings=json.loads(json.dumps(item.settings))))
             elif len(kept) < max_rows:
-                kept.append(RawTask.from_json(item.to_json()))
+                kept.append(_row_of(_row_line(item)))
             yield item
 
     reference = write_board(repo, watched(), source)

@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from taskfleet.core.board_rows import BoardHead, scan_text, task_from_row, unique_ids
+from taskfleet.core.board_check import check_board, unique_ids
+from taskfleet.core.board_parse import parse_board_text
+from taskfleet.core.board_rows import task_from_row
 from taskfleet.core.board_toml import board_toml
 from taskfleet.core.boards import BoardError, parse_toml_board
 
@@ -90,19 +92,20 @@ def parser_problems(text: str) -> list[str]:
     branches shared by two tasks, then the whole board at once. Each problem names its task by its
     place in the answer (the model never saw the TOML's line numbers)."""
     try:
-        items = list(scan_text(text, SOURCE))
+        parsed = parse_board_text(text, SOURCE)
+        head = check_board(parsed).head
+        rows = list(parsed.rows)
     except BoardError as err:
         return [str(err)]
-    head, rows = items[0], items[1:]
-    assert isinstance(head, BoardHead)
+    assert head is not None
     names = {raw.line: f"tasks[{raw.number - 1}] ({raw.id or 'no id'})" for raw in rows}
     problems = []
     for raw in rows:
         try:
-            task_from_row(raw, head, SOURCE)  # type: ignore[arg-type]
+            task_from_row(raw, head, SOURCE)
         except BoardError as err:
             problems.append(f"{names[raw.line]}: {_WHERE.sub('', str(err))}")
-    for check in (lambda: list(unique_ids(items, SOURCE)), lambda: parse_toml_board(text, SOURCE)):
+    for check in (lambda: list(unique_ids(rows, SOURCE)), lambda: parse_toml_board(text, SOURCE)):
         if problems:
             break
         try:

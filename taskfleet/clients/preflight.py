@@ -1,4 +1,5 @@
-"""Checks `taskfleet run` makes before it starts anything: the clone, its base branch and remote.
+"""Checks `taskfleet run` and `taskfleet plan` make before they start anything: the clone, its base
+branch and remote.
 
 A wrong `--repo` found by the tasks seconds later fails every task and leaves a batcher running for
 a clone that does not exist; found here, it is one line and nothing starts.
@@ -19,9 +20,10 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def check_clone(repo: str, base: str, remote: str) -> tuple[str, str]:
+def check_clone(repo: str, base: str, remote: str, queue_target: str | None = None) -> tuple[str, str]:
     """The clone's absolute path and the base branch (a board that names none: the remote's default
-    branch), or a `StartupError` saying what is wrong with them."""
+    branch), or a `StartupError` saying what is wrong with them. With `queue_target` (a board that
+    lands through the merge queue; "" for its base), that branch must be there too."""
     path = os.path.abspath(repo)
     if not os.path.isdir(path):
         raise StartupError(f"--repo {repo}: no such folder ({path})")
@@ -44,6 +46,11 @@ def check_clone(repo: str, base: str, remote: str) -> tuple[str, str]:
             f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
             "pass --base (markdown board) or set `base` in the board"
         )
+    if queue_target is not None and not _has_branch(path, remote, queue_target or base):
+        raise StartupError(
+            f"--repo {path}: the merge queue's target {queue_target or base!r} exists neither locally nor on "
+            f"{remote}; set `queue_target` (or `base`) to a branch the remote has"
+        )
     return path, base
 
 
@@ -61,12 +68,3 @@ def default_base(repo: str, remote: str) -> str:
             "does not say); pass --base (markdown board) or set `base` in the board"
         )
     return name
-
-
-def check_queue_target(repo: str, target: str, remote: str) -> None:
-    """A board landing through the merge queue needs its target branch on the remote."""
-    if not _has_branch(repo, remote, target):
-        raise StartupError(
-            f"--repo {repo}: the merge queue's target {target!r} exists neither locally nor on {remote}; "
-            "set `queue_target` (or `base`) to a branch the remote has"
-        )

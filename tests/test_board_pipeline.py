@@ -1,0 +1,76 @@
+"""A board file along its one path: parse -> check -> store, each stage handing the next a dataclass
+(real files, a real clone; the start stage is covered by the CLI tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from taskfleet.clients.board_store import StoredBoard, store_checked_board
+from taskfleet.core.board_check import CheckedBoard, check_board
+from taskfleet.core.board_parse import ParsedBoard, parse_board_file
+from taskfleet.core.boards import BoardError, load_board
+from tests.conftest import git
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "board-example.md"
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    path = tmp_path / "clone"
+    git(tmp_path, "init", "-q", str(path))
+    return path
+
+
+def test_overrides_apply_at_the_check_stage_and_the_store_reads_the_rows_once(clone):
+    parsed = parse_board_file(EXAMPLE)
+    assert isinstance(parsed, ParsedBoard) and parsed.format == "markdown"
+    assert parsed.head is not None and parsed.head.settings == {}  # the file as written: no CLI settings yet
+    checked = check_board(parsed, run="true", verify="true", max_parallel=3, land=None)
+    assert isinstance(checked, CheckedBoard) and checked.head is not None
+    assert checked.head.settings == {"run": "true", "verify": "true", "max_parallel": 3}
+    assert checked.settings.max_parallel == 3 and checked.settings.tasks == []
+    stored = store_checked_board(checked, str(clone))
+    assert isinstance(stored, StoredBoard) and stored.settings.max_parallel == 3
+    whole = load_board(EXAMPLE, run="true", verify="true")
+    assert stored.first_page is not None and stored.first_page.tasks == [t for t in whole.tasks if not t.done]
+    assert next(checked.rows, None) is None  # the stream is spent: no stage reads it again
+
+
+def test_a_markdown_board_without_run_is_refused_as_its_first_open_row_is_read(clone):
+    checked = check_board(parse_board_file(EXAMPLE), verify="true")  # the board-wide part is fine
+    with pytest.raises(BoardError, match=r"board-example\.md:\d+: task T2\.2 has no run command"):
+        store_checked_board(checked, str(clone))
+    assert git(clone, "for-each-ref", "refs/taskfleet/") == ""
+
+
+def test_the_verify_notice_names_the_rows_that_keep_their_own_command(clone, tmp_path):
+    checked = check_board(parse_board_file(EXAMPLE), run="true", verify="make test")
+    store_checked_board(checked, str(clone))
+    assert checked.own_verification == ["T2.4"]  # complete once the store has read every row
+    # A board with a row that cannot run as written gives no notice (as a whole-board parse would not).
+    bad = tmp_path / "bad.md"
+    bad.write_text(EXAMPLE.read_text().replace("| [ ] | `task/T2.3` |", "| [?] | `task/T2.3` |"))
+    checked = check_board(parse_board_file(bad), run="true", verify="make test")
+    stored = store_checked_board(checked, str(clone))
+    assert checked.own_verification == []
+    assert isinstance(stored, StoredBoard) and [r.id for r in stored.first_page.refused] == ["T2.3"]
+
+
+def test_a_board_checked_whole_goes_inline_and_its_first_bad_row_refuses_it(clone, tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text('run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "B"\nrun = 5\n')
+    with pytest.raises(BoardError, match="'run' must be a string"):
+        check_board(parse_board_file(path, whole=True))
+    path.write_text('run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n')
+    checked = check_board(parse_board_file(path, whole=True), max_parallel=2)
+    inline = store_checked_board(checked, str(clone))
+    assert inline is checked.board and inline.max_parallel == 2 and [t.id for t in inline.tasks] == ["A"]
+    assert git(clone, "for-each-ref", "refs/taskfleet/") == ""  # nothing stored here: the start decides
+
+
+def test_a_missing_file_is_refused_at_the_parse_stage(tmp_path):
+    with pytest.raises(BoardError, match="cannot read board .*nowhere.toml"):
+        parse_board_file(tmp_path / "nowhere.toml")
