@@ -7,7 +7,7 @@ import time
 
 from git import PushInfo, Repo
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
-from taskfleet.activities.support.git_op_application import Applied, OpFailed, apply_batch, ref_commit
+from taskfleet.activities.git.git_op_application import Applied, OpFailed, apply_batch, ref_commit
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 

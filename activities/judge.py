@@ -19,9 +19,9 @@ from typing import Any
 from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
-from taskfleet.activities.support.executor import run_command
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
-from taskfleet.activities.support.worktrees import BranchCheckedOut
+from taskfleet.activities.processes.executor import run_command
+from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
+from taskfleet.activities.git.worktrees import BranchCheckedOut
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError

@@ -20,16 +20,16 @@ from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
-from taskfleet.activities.support.work_commit import commit_tree
-from taskfleet.activities.support.executor import run_command, tail
-from taskfleet.activities.support.executor_records import TASK_KEY_VARIABLE, TOKEN_VARIABLE, task_key
-from taskfleet.activities.support.git_op_application import OpFailed, commit_env
-from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
-from taskfleet.activities.support.queue_entry import base_commit_of
-from taskfleet.activities.support.repo_files import RepoReadError, base_commit, context_files
-from taskfleet.activities.support.task_prompt import render_task_prompt
-from taskfleet.activities.support.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
-from taskfleet.activities.support.executor_policy import task_env_problem
+from taskfleet.activities.git.work_commit import commit_tree
+from taskfleet.activities.processes.executor import run_command, tail
+from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, TOKEN_VARIABLE, task_key
+from taskfleet.activities.git.git_op_application import OpFailed, commit_env
+from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
+from taskfleet.activities.git.queue_entry import base_commit_of
+from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files
+from taskfleet.activities.model_io.task_prompt import render_task_prompt
+from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
+from taskfleet.activities.processes.executor_policy import task_env_problem
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError

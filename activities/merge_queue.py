@@ -12,10 +12,10 @@ import os
 import time
 from typing import Any
 
-from taskfleet.activities.support.executor import run_command, tail
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
-from taskfleet.activities.support.git_async import GitError
-from taskfleet.activities.support.merge_chain import build_chain, cas_push
+from taskfleet.activities.processes.executor import run_command, tail
+from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
+from taskfleet.activities.git.git_async import GitError
+from taskfleet.activities.git.merge_chain import build_chain, cas_push
 from taskfleet.activities.task_runner import needs_a_person
 from temporalio import activity
 from temporalio.exceptions import ApplicationError

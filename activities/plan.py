@@ -9,7 +9,7 @@ from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import cache_key
 from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
-from taskfleet.activities.support.repo_files import RepoReadError, base_commit, context_files, file_names, listed
+from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files, file_names, listed
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 

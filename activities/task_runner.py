@@ -15,12 +15,12 @@ from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
-from taskfleet.activities.support.branch_claims import BranchClaims, BranchesHeld, NotAClone
-from taskfleet.activities.support.executor import CommandResult, run_command, tail
-from taskfleet.activities.support.fence import Fence
-from taskfleet.activities.support.lease import LeaseLock, NoWorker
-from taskfleet.activities.support.executor_policy import current_policy, task_env_problem
-from taskfleet.activities.support.executor_records import (
+from taskfleet.activities.git.branch_claims import BranchClaims, BranchesHeld, NotAClone
+from taskfleet.activities.processes.executor import CommandResult, run_command, tail
+from taskfleet.activities.pods.fence import Fence
+from taskfleet.activities.pods.lease import LeaseLock, NoWorker
+from taskfleet.activities.processes.executor_policy import current_policy, task_env_problem
+from taskfleet.activities.processes.executor_records import (
     TASK_KEY_VARIABLE,
     TOKEN_VARIABLE,
     ExecutorRecords,
@@ -28,15 +28,15 @@ from taskfleet.activities.support.executor_records import (
     kill_task_processes,
     task_key,
 )
-from taskfleet.activities.support.git_async import GitError, Heartbeat, _nothing, git, git_run
-from taskfleet.activities.support.git_op_application import OpFailed, commit_env
-from taskfleet.activities.support.queue_entry import base_commit_of, queue_env, submit_to_queue
-from taskfleet.activities.support.scratch import ScratchDirs
-from taskfleet.activities.support.shared_clone import is_lock_contention
-from taskfleet.activities.support.task_prompt import render_task_prompt
-from taskfleet.activities.support.work_commit import CommitRefused, commit_tree
-from taskfleet.activities.support.worktree_refs import RefWriteRefused, head_branch
-from taskfleet.activities.support.worktrees import (
+from taskfleet.activities.git.git_async import GitError, Heartbeat, _nothing, git, git_run
+from taskfleet.activities.git.git_op_application import OpFailed, commit_env
+from taskfleet.activities.git.queue_entry import base_commit_of, queue_env, submit_to_queue
+from taskfleet.activities.git.scratch import ScratchDirs
+from taskfleet.activities.pods.shared_clone import is_lock_contention
+from taskfleet.activities.model_io.task_prompt import render_task_prompt
+from taskfleet.activities.git.work_commit import CommitRefused, commit_tree
+from taskfleet.activities.git.worktree_refs import RefWriteRefused, head_branch
+from taskfleet.activities.git.worktrees import (
     RUN_TRAILER,
     TASK_TRAILER,
     BranchCheckedOut,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from common import emit, run, run_board, temporal_worker
 
-from taskfleet.activities.support.lease import LeaseLock
+from taskfleet.activities.pods.lease import LeaseLock
 from taskfleet.plugin import WORKFLOWS
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 

@@ -1,7 +1,7 @@
 """What each way of making a task's processes die with it costs, and how fast they die.
 
 For each mechanism (`pid-namespace`: a PID namespace per command; `process-group`: process groups
-and a watchdog; see activities/support/process_trees.py), through the executor (`run_command`):
+and a watchdog; see activities/processes/process_trees.py), through the executor (`run_command`):
 
 - the wall time of one command from start to exit (`true` started directly, and `sh -c`), one at a
   time, median and p90; and 20 commands at once;
@@ -27,19 +27,19 @@ from pathlib import Path
 
 from common import ROOT, emit, run
 
-from taskfleet.activities.support.executor import run_command
-from taskfleet.activities.support.executor_policy import ExecutorPolicy, using_policy
-from taskfleet.activities.support.process_trees import MODE_GROUP, MODE_NAMESPACE, ProcessTreesUnavailable, detect
+from taskfleet.activities.processes.executor import run_command
+from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using_policy
+from taskfleet.activities.processes.process_trees import MODE_GROUP, MODE_NAMESPACE, ProcessTreesUnavailable, detect
 from taskfleet.core.task_env import TaskEnvironment
 
 FAKE_WORKER = """
 import asyncio, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from taskfleet.activities.support.executor import run_command
-from taskfleet.activities.support.executor_policy import ExecutorPolicy, using_policy
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE
-from taskfleet.activities.support.process_trees import Watchdog, detect
+from taskfleet.activities.processes.executor import run_command
+from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using_policy
+from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE
+from taskfleet.activities.processes.process_trees import Watchdog, detect
 from taskfleet.core.task_env import TaskEnvironment
 
 async def main():

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from common import emit, run
+from taskfleet.activities.processes.executor import run_command
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
-from taskfleet.activities.support.executor import run_command
 
 
 def key_for(i: int) -> str:

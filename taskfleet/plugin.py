@@ -33,10 +33,10 @@ from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.task_group import TaskGroupActivities
-from taskfleet.activities.support.executor_policy import ExecutorPolicy, using_policy
-from taskfleet.activities.support.executor_records import TOKEN_VARIABLE
-from taskfleet.activities.support.presence import WorkerPresence
-from taskfleet.activities.support.process_trees import ProcessTreesUnavailable, Watchdog, detect
+from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using_policy
+from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE
+from taskfleet.activities.pods.presence import WorkerPresence
+from taskfleet.activities.processes.process_trees import ProcessTreesUnavailable, Watchdog, detect
 from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings

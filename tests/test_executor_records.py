@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from taskfleet.activities.support.executor_records import JOURNAL_ROTATE_BYTES, TOKEN_VARIABLE, ExecutorRecords
+from taskfleet.activities.processes.executor_records import JOURNAL_ROTATE_BYTES, TOKEN_VARIABLE, ExecutorRecords
 
 
 def sleeper(token: str) -> subprocess.Popen:
@@ -22,7 +22,7 @@ def test_a_dead_workers_running_executors_are_killed_and_finished_ones_left_alon
 import sys
 sys.path[:0] = {sys.path!r}
 from pathlib import Path
-from taskfleet.activities.support.executor_records import ExecutorRecords
+from taskfleet.activities.processes.executor_records import ExecutorRecords
 records = ExecutorRecords(Path({str(root)!r}))
 tokens = [records.new_token() for _ in range(3)]
 for i, token in enumerate(tokens):

@@ -18,7 +18,9 @@ TOP = ("taskfleet.clients", "taskfleet.cli", "taskfleet.plugin", "taskfleet.coor
 
 
 def modules_under(package: str) -> dict[str, Path]:
-    folder = SOURCES.get(package) or SOURCES["taskfleet"] / package.removeprefix("taskfleet.").replace(".", "/")
+    root = max((p for p in SOURCES if package == p or package.startswith(p + ".")), key=len)
+    folder = SOURCES[root].joinpath(*package.removeprefix(root).split(".")[1:])
+    assert folder.is_dir(), folder
     return {f"{package}:{path.relative_to(folder)}": path for path in sorted(folder.rglob("*.py"))}
 
 
@@ -54,6 +56,20 @@ def test_workflows_and_activities_never_import_the_top():
 
 def test_activities_never_import_workflows():
     assert offending("taskfleet.activities", ("taskfleet.workflows",)) == []
+
+
+def test_the_activity_groups_point_one_way():
+    """`git` builds on `processes` and `pods`; `processes`, `pods` and `model_io` stand alone, so a
+    change to how commands run or how pods coordinate never has to read the git code."""
+    groups = ("git", "processes", "pods", "model_io")
+    found = {g for g in groups if (SOURCES["taskfleet.activities"] / g / "__init__.py").is_file()}
+    assert found == set(groups), found
+    alone = {"processes": groups, "pods": groups, "model_io": groups, "git": ("model_io",)}
+    for group, forbidden in alone.items():
+        others = tuple(f"taskfleet.activities.{g}" for g in forbidden if g != group)
+        assert offending(f"taskfleet.activities.{group}", others) == [], group
+    # Worker memory is read by the groups, never the reverse.
+    assert offending("taskfleet.activities.services", tuple(f"taskfleet.activities.{g}" for g in groups)) == []
 
 
 def test_no_bare_top_level_imports_of_our_folders():

@@ -16,8 +16,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from taskfleet.activities.support.fence import Fence, StaleLease
-from taskfleet.activities.support.lease import LeaseError, LeaseLock, LeaseLost
+from taskfleet.activities.pods.fence import Fence, StaleLease
+from taskfleet.activities.pods.lease import LeaseError, LeaseLock, LeaseLost
 from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import LEASE_LOST, LEASE_NOT_HELD, LeaseLockConfig
 from taskfleet.devserver.server import find_temporal_cli
@@ -109,7 +109,7 @@ async def test_waiters_are_served_first_in_first_out(client: Client, task_queue:
 HOLDER_SCRIPT = """
 import asyncio, sys
 from temporalio.client import Client
-from taskfleet.activities.support.lease import LeaseLock
+from taskfleet.activities.pods.lease import LeaseLock
 
 async def main(address, task_queue, resource):
     client = await Client.connect(address)

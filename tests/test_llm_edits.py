@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from taskfleet.activities.support.llm_edits import EditRefused, apply_edits
+from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
 
 
 @pytest.fixture

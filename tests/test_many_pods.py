@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from taskfleet.activities.support.shared_clone import registrations
+from taskfleet.activities.pods.shared_clone import registrations
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
 from tests.conftest import GitRemoteFixture, eventually, git

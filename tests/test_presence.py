@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from taskfleet.activities.support.presence import WorkerPresence
-from taskfleet.activities.support.shared_clone import registrations
+from taskfleet.activities.pods.presence import WorkerPresence
+from taskfleet.activities.pods.shared_clone import registrations
 from tests.conftest import ROOT, GitRemoteFixture, eventually, git
 from tests.test_lease_lock import lock_only_worker
 
@@ -27,7 +27,7 @@ async def lock_worker(client: Client, task_queue: str):
 WORKER_SCRIPT = """
 import asyncio, subprocess, sys
 from temporalio.client import Client
-from taskfleet.activities.support.presence import WorkerPresence
+from taskfleet.activities.pods.presence import WorkerPresence
 
 async def main(address, task_queue, clone, path):
     client = await Client.connect(address)

@@ -6,13 +6,16 @@ A change that breaks determinism for running workflows fails here. Record new hi
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from taskfleet.core import names
 from taskfleet.plugin import WORKFLOWS, TaskfleetPlugin
 from tests.conftest import HISTORIES
 from tests.sandboxed_twins import TWINS
@@ -87,3 +90,19 @@ async def test_unsandboxed_workflows_replay_inside_the_sandbox():
 
 def _workflow_type(history: WorkflowHistory) -> str:
     return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
+
+
+def test_every_patch_is_asked_in_compat():
+    """What workflows keep for older histories stays in workflows/compat.py, which says per patch
+    which recorded histories need it and when it can go; every patch id is asked there."""
+    workflows = Path(__file__).resolve().parent.parent / "workflows"
+    asked: dict[str, set[str]] = {}
+    for path in sorted(workflows.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("patched", "deprecate_patch")):
+                asked.setdefault(path.name, set()).update(
+                    a.id for a in node.args if isinstance(a, ast.Name))
+    assert set(asked) == {"compat.py"}, sorted(asked)
+    patch_ids = {name for name in vars(names) if name.startswith("PATCH_")}
+    assert asked["compat.py"] == patch_ids

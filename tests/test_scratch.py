@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from taskfleet.activities.support.scratch import ScratchDirs
+from taskfleet.activities.git.scratch import ScratchDirs
 
 
 def test_an_empty_folder_is_reused_and_a_dirty_one_removed(tmp_path: Path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from taskfleet.activities.support.shared_clone import (
+from taskfleet.activities.pods.shared_clone import (
     forget_worktree,
     git_retrying,
     is_lock_contention,
@@ -20,7 +20,7 @@ from taskfleet.activities.support.shared_clone import (
     registrations,
     worktree_add_args,
 )
-from taskfleet.activities.support.git_async import GitError, _git_once
+from taskfleet.activities.git.git_async import GitError, _git_once
 from tests.conftest import GitRemoteFixture, git
 
 
@@ -120,7 +120,7 @@ def test_a_worktree_half_registered_by_another_pod_is_waited_out(git_remote: Git
 
 
 def test_forget_registrations_drops_only_the_given_paths_this_pod_owns(git_remote: GitRemoteFixture):
-    from taskfleet.activities.support.shared_clone import forget_registrations
+    from taskfleet.activities.pods.shared_clone import forget_registrations
 
     fx = git_remote
     mine = [add(fx, "pod-a", f"w-pod-a-{i}") for i in range(3)]

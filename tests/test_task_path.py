@@ -443,7 +443,7 @@ def _cmdline(pid: str) -> bytes:
 async def test_a_stale_ref_lock_fails_the_task_once_naming_the_file(client, make_worker, task_queue, git_remote, monkeypatch):
     """A lock file nobody lets go of: after git's wait (shortened here from a minute) the task fails
     at once, not three attempts later, with a reason that names the file; the other task lands."""
-    from taskfleet.activities.support import git_async
+    from taskfleet.activities.git import git_async
 
     monkeypatch.setattr(git_async, "LOCK_RETRY_SECONDS", 0.5)
     lock = git_remote.clone / ".git" / "refs" / "heads" / "task" / "K1.lock"

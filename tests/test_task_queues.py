@@ -12,8 +12,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
-from taskfleet.activities.support.branch_claims import claims_dir
-from taskfleet.activities.support.lease import LeaseLock, NoWorker
+from taskfleet.activities.git.branch_claims import claims_dir
+from taskfleet.activities.pods.lease import LeaseLock, NoWorker
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import LeaseLockConfig

@@ -59,6 +59,19 @@ def test_the_wheels_only_top_level_name_is_taskfleet(wheel_and_venv):
         assert data in names, data
 
 
+def test_every_package_of_the_checkout_is_in_the_wheel(wheel_and_venv):
+    """setuptools packs only the packages pyproject lists: a new sub-package left out of the list
+    would import in a checkout and fail in an install."""
+    wheel, _ = wheel_and_venv
+    names = set(zipfile.ZipFile(wheel).namelist())
+    installed_as = {"workflows": "taskfleet/workflows", "activities": "taskfleet/activities",
+                    "examples": "taskfleet/examples", "taskfleet": "taskfleet"}  # pyproject's package-dir
+    for folder, target in installed_as.items():
+        for init in sorted((ROOT / folder).rglob("__init__.py")):
+            relative = init.relative_to(ROOT / folder).as_posix()
+            assert f"{target}/{relative}" in names, relative
+
+
 USER_WORKFLOWS = '''
 from datetime import timedelta
 

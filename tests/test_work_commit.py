@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from taskfleet.activities.support.slot_watch import SlotWatch
-from taskfleet.activities.support.work_commit import CommitRefused, commit_tree
-from taskfleet.activities.support.worktrees import WorktreePool
+from taskfleet.activities.git.slot_watch import SlotWatch
+from taskfleet.activities.git.work_commit import CommitRefused, commit_tree
+from taskfleet.activities.git.worktrees import WorktreePool
 from tests.conftest import GitRemoteFixture, eventually, git
 
 MESSAGE = "T1: work\n\nTaskfleet-Task: T1\nTaskfleet-Run: r1\n"
@@ -165,7 +165,7 @@ def test_a_renamed_folder_makes_the_changes_unknown(tmp_path: Path):
 WRITER = r"""
 import sys
 from pathlib import Path
-from taskfleet.activities.support.work_commit import commit_tree, snapshot
+from taskfleet.activities.git.work_commit import commit_tree, snapshot
 worktree, base = Path(sys.argv[1]), sys.argv[2]
 i = 0
 while True:

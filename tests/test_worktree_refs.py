@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from taskfleet.activities.support.worktree_refs import RefWriteRefused, detach_head, head_branch, point_branch
+from taskfleet.activities.git.worktree_refs import RefWriteRefused, detach_head, head_branch, point_branch
 from tests.conftest import GitRemoteFixture, git
 
 
@@ -79,7 +79,7 @@ def test_a_name_that_clashes_with_a_packed_branch_is_refused_as_git_refuses_it(g
 
 
 def test_a_branch_checked_out_by_a_person_is_found_but_a_slot_s_is_not(git_remote: GitRemoteFixture):
-    from taskfleet.activities.support.worktree_refs import checked_out_elsewhere
+    from taskfleet.activities.git.worktree_refs import checked_out_elsewhere
 
     fx = git_remote
     path = slot(fx)

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
+from taskfleet.workflows.compat import git_batcher_continues_under_load, git_batcher_times_an_op_on_arrival
 from taskfleet.workflows.git_batcher_batches import BatchingMixin
-from taskfleet.workflows.git_batcher_carry import compact_for_carry, continue_under_load
+from taskfleet.workflows.git_batcher_carry import compact_for_carry
 from taskfleet.workflows.git_batcher_intake import (
     MAX_OPS_PER_SIGNAL,
     REASON_CHARS,
@@ -65,13 +66,8 @@ with workflow.unsafe.imports_passed_through():
 # would hold its first version forever and that version could never drain. Moving is safe: all
 # state that survives continue-as-new travels as data (the carried state dataclass), which the next
 # version reads; a move mid-run replays this run's history on the new code, so any new command is
-# guarded with `workflow.patched` (as the renamed activities are) and old histories still replay.
-# An op that reaches an idle batcher (nothing queued, so no age timer) arms the timer for its own
-# age: before this, the wait had no timeout and woke only on the next message, so a lone op sent by
-# hand waited for the next op or a flush. Guarded: histories of the older loop replay unchanged.
-PATCH_AGE_TIMER_ON_ARRIVAL = "git-batcher-age-timer-on-arrival"
-
-
+# guarded with `workflow.patched` in workflows/compat.py (as the renamed activities are) and old
+# histories still replay.
 @workflow.defn(name=GIT_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class GitBatchWorkflow(BatchingMixin):
     @workflow.init
@@ -117,7 +113,7 @@ class GitBatchWorkflow(BatchingMixin):
             len(self.s.failed_batches),
         )
         self._refresh_details()
-        rearm_on_arrival = workflow.patched(PATCH_AGE_TIMER_ON_ARRIVAL)
+        rearm_on_arrival = git_batcher_times_an_op_on_arrival()
         while True:
             due_in = self._until_oldest_is_due()  # None: nothing queued, no timer
             try:
@@ -133,12 +129,12 @@ class GitBatchWorkflow(BatchingMixin):
                 pass
             if self._replies.pending:
                 await self._replies.send_notices()
-            if self._should_continue_as_new() and continue_under_load():
+            if self._should_continue_as_new() and git_batcher_continues_under_load():
                 await self._drain_and_continue_as_new()
             if self._flush_due():
                 self._cut_batches()
             while self.s.pending_batches:
-                if self._should_continue_as_new() and continue_under_load():
+                if self._should_continue_as_new() and git_batcher_continues_under_load():
                     await self._drain_and_continue_as_new()
                 await self._execute(self.s.pending_batches[0])
             if self._should_continue_as_new():

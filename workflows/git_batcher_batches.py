@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from taskfleet.core.names import ACTIVITY_PUSH_BATCH
 
-from taskfleet.workflows.activity_names import activity_name
+from taskfleet.workflows.compat import activity_name
 from taskfleet.workflows.git_batcher_intake import REASON_CHARS, HeldOps
 from taskfleet.workflows.git_batcher_replies import BatchWaits, Replies
 

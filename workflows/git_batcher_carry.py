@@ -25,14 +25,6 @@ from taskfleet.workflows.intake import ids_to_carry
 CARRIED_EXECUTED_BYTES = 64 * 1024
 CARRIED_REJECTED_BYTES = 64 * 1024
 CARRIED_IDS_BYTES = 96 * 1024
-# Continue-as-new under load: finish the batch in flight and the updates waiting on batches, then
-# carry the queue, instead of waiting for a moment with no flush due (which a stream never gives).
-PATCH_CAN_UNDER_LOAD = "git-batcher-continue-as-new-under-load"
-
-
-def continue_under_load() -> bool:
-    # Histories recorded before this change waited for a moment with no flush due.
-    return workflow.patched(PATCH_CAN_UNDER_LOAD)
 
 
 def compact_for_carry(s: GitBatchState) -> None:

@@ -3,7 +3,7 @@
 from datetime import timedelta
 from typing import Optional
 
-from taskfleet.workflows.activity_names import activity_name
+from taskfleet.workflows.compat import activity_name
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
 

@@ -49,10 +49,11 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_LLM_SUBMIT,
     )
 
+from taskfleet.workflows.compat import llm_batcher_continues_between_steps
+
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000
-PATCH_CAN_BETWEEN_STEPS = "llm-batcher-continue-as-new-between-steps"
 # One create's input must stay under the server's payload limit: a flush is also cut at this size.
 FLUSH_BYTES = 1_500_000
 # Continue-as-new carries pending requests only below this (else they are flushed first).
@@ -85,7 +86,7 @@ def _size(request: LLMRequest) -> int:
 
 # Worker Versioning: AUTO_UPGRADE. An entity that continues as new forever: pinned, it would hold its
 # first version and that version could never drain. Its state travels as data across
-# continue-as-new, and new commands are guarded with `workflow.patched`.
+# continue-as-new, and new commands are guarded with `workflow.patched` (workflows/compat.py).
 @workflow.defn(name=LLM_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class LLMBatchWorkflow:
     @workflow.init
@@ -142,7 +143,7 @@ class LLMBatchWorkflow:
         """Stop between two flushes or polls when continue-as-new is due, so a run stays within a few
         events of the server's suggestion however many batches are due (runs recorded before this
         finished the loop first)."""
-        return self._should_continue_as_new() and workflow.patched(PATCH_CAN_BETWEEN_STEPS)
+        return self._should_continue_as_new() and llm_batcher_continues_between_steps()
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()

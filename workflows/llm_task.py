@@ -45,11 +45,11 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_LLM_PREPARE,
         ACTIVITY_LLM_RECORD_FAILURE,
         LLM_TASK_WORKFLOW,
-        PATCH_TASK_STAGES,
         SIGNAL_LLM_REPLY,
     )
     from taskfleet.core.review_schema import reasons_line, review_text
 
+from taskfleet.workflows.compat import llm_task_reports_stages
 from taskfleet.workflows.judging import add_judging, judge, land, report_stage, with_judging
 from taskfleet.workflows.model_calls import QUICK, ModelCalls, Route, tool_call
 
@@ -85,8 +85,7 @@ class LLMTaskWorkflow:
         # A task with a judge commits, then waits for the verdict before it lands.
         apply_input = replace(task_input, hold_landing=True) if judged else task_input
         self.result = TaskResult(id=task.id, status=TASK_FAILED)
-        # Runs started before stages were reported replay without these signals.
-        self._stages = workflow.patched(PATCH_TASK_STAGES)
+        self._stages = llm_task_reports_stages()
         self.by_claude = not task.judge_run.strip()
         prepared: PreparedRequest = await workflow.execute_activity(
             ACTIVITY_LLM_PREPARE, task_input, result_type=PreparedRequest,

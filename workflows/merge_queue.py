@@ -61,7 +61,7 @@ REASON_CHARS = 500
 
 # Worker Versioning: AUTO_UPGRADE, as the git batcher: a queue never ends (it continues as new), so
 # pinned it would hold its first version forever; its state travels as data, and any new command
-# is guarded with `workflow.patched`.
+# is guarded with `workflow.patched` (workflows/compat.py).
 @workflow.defn(name=MERGE_QUEUE_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
     @workflow.init

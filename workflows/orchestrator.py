@@ -57,9 +57,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from taskfleet.core.names import (
         ORCHESTRATOR_WORKFLOW,
-        PATCH_BOARD_PAGES,
-        PATCH_CLAIM_BRANCHES,
-        PATCH_RUN_KEY_FIRST_RUN,
         QUERY_PROGRESS,
         SIGNAL_GIT_OPS_LANDED,
         SIGNAL_QUEUE_OUTCOMES,
@@ -67,10 +64,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from taskfleet.core.task_stage import InvalidStage, describe_refused, parse_task_stage
 
+from taskfleet.workflows import compat
+from taskfleet.workflows.compat import landed_commit
 from taskfleet.workflows.orchestrator_carry import CarryMixin
 from taskfleet.workflows.orchestrator_checks import check_task_env, claim_branches, resolve_base
 from taskfleet.workflows.orchestrator_dispatch import TASK_RETRY, TaskDispatchMixin
-from taskfleet.workflows.orchestrator_landing import LandingMixin, batcher_id, landed_commit
+from taskfleet.workflows.orchestrator_landing import LandingMixin, batcher_id
 from taskfleet.workflows.orchestrator_pages import BoardPagesMixin
 from taskfleet.workflows.orchestrator_recorder import OutcomeRecorder
 from taskfleet.workflows.orchestrator_views import ProgressViewsMixin
@@ -168,16 +167,13 @@ class OrchestratorWorkflow(
                 info = workflow.info()
                 # Keyed by the first run id: a later run with the same workflow id (`run --id X`
                 # again) never resumes this run's commits nor repeats its landing op ids.
-                self.s.run_key = (
-                    f"{info.workflow_id}@{info.first_execution_run_id}"
-                    if workflow.patched(PATCH_RUN_KEY_FIRST_RUN) else info.workflow_id
-                )
-            if params.board_ref is not None or workflow.patched(PATCH_BOARD_PAGES):
+                self.s.run_key = compat.run_key(f"{info.workflow_id}@{info.first_execution_run_id}")
+            if params.board_ref is not None or compat.board_in_pages():
                 await self._start_paging()  # branches are claimed a page at a time
-            elif workflow.patched(PATCH_CLAIM_BRANCHES):
+            elif compat.branches_claimed_up_front():
                 await claim_branches(self.params, [self.tasks[t].branch for t in self.s.pending if self.tasks[t].worktree])
         if not self.s.run_key:
-            self.s.run_key = workflow.info().workflow_id  # continued from a run that predates the key
+            self.s.run_key = compat.unkeyed_run_key()
         self.s.stats.largest_history_length = max(
             self.s.stats.largest_history_length, workflow.info().get_current_history_length()
         )

@@ -30,9 +30,9 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_CLAIM_BRANCHES,
         ACTIVITY_DEFAULT_BRANCH,
         ACTIVITY_STORE_BOARD,
-        PATCH_DEFAULT_BASE,
-        PATCH_TASK_ENV_CHECK,
     )
+
+from taskfleet.workflows import compat
 
 CLAIM_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BranchesHeld"])
 ENV_CHECK_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["EnvNotAllowed"])
@@ -47,8 +47,8 @@ async def resolve_base(params: OrchestratorInput) -> None:
     """A board that names no base lands on the remote's default branch, asked of the clone (runs
     started before this took "main", as the board's default was then)."""
     board = params.board
-    if not workflow.patched(PATCH_DEFAULT_BASE):
-        board.base = "main"
+    if not compat.base_from_remote():
+        board.base = compat.BASE_BEFORE_REMOTE_DEFAULT
         return
     try:
         board.base = await workflow.execute_activity(
@@ -73,7 +73,7 @@ async def check_task_env(params: OrchestratorInput) -> None:
         names.update(params.board_ref.env)
     if params.first_page is not None:
         names.update(n for t in params.first_page.tasks for n in t.env)
-    if not names or not workflow.patched(PATCH_TASK_ENV_CHECK):
+    if not names or not compat.task_env_checked():
         return
     try:
         await workflow.execute_activity(

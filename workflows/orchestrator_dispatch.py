@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.task_group import TaskGroupInput, TaskGroupResult
     from taskfleet.core.names import ACTIVITY_RUN_TASK, ACTIVITY_RUN_TASK_GROUP
 
-from taskfleet.workflows.activity_names import activity_name
+from taskfleet.workflows.compat import activity_name
 from taskfleet.workflows.judged_task import run_judged_task
 from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_judge_usage, add_llm_usage, run_llm_task
 

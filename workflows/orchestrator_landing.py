@@ -23,16 +23,12 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.orchestrator import OrchestratorInput, OrchestratorState, TaskResult
     from taskfleet.core.names import SIGNAL_FLUSH
 
+from taskfleet.workflows.compat import landed_commit
+
 # After a cancel: how long to wait for landing outcomes of ops already sent (they land anyway).
 CANCEL_LANDING_WAIT = timedelta(seconds=60)
 RECENT_PUSHES = 64  # landed batch ids a paged run remembers (to count a push once)
 QUEUE_QUIET_SECONDS = 1800.0  # land = "queue": the least time without news before landing times out
-
-
-def landed_commit(outcome: OpOutcome) -> str:
-    """The commit of the op's branch that landed: `branch_commit`; a batcher that predates
-    it reports a push's branch commit in `commit`."""
-    return outcome.branch_commit or (outcome.commit if outcome.op_type == "push" else "")
 
 
 def batcher_id(repo: str, remote: str, task_queue: str) -> str:

@@ -32,10 +32,9 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.names import (
         ACTIVITY_READ_OUTCOMES,
         ACTIVITY_RECORD_OUTCOMES,
-        PATCH_LOCAL_RECORD,
-        PATCH_RESULT_FROM_MEMORY,
     )
 
+from taskfleet.workflows import compat
 from taskfleet.workflows.orchestrator_checks import STORE_RETRY
 
 RECORD_BATCH_BYTES = 128 * 1024  # of outcomes per append to the run store (estimated)
@@ -101,7 +100,7 @@ class OutcomeRecorder:
             # A local activity: the append (milliseconds, in-process git writes) runs on this worker
             # within the workflow task, with no round trip through the server; a run's last append
             # then completes with the run. Every worker of a board reaches the clone.
-            execute = workflow.execute_local_activity if workflow.patched(PATCH_LOCAL_RECORD) else workflow.execute_activity
+            execute = workflow.execute_local_activity if compat.outcomes_recorded_locally() else workflow.execute_activity
             await execute(
                 ACTIVITY_RECORD_OUTCOMES, outcomes,
                 result_type=RecordedBatch, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
@@ -125,7 +124,7 @@ class OutcomeRecorder:
         p = self.s.paging
         if p.recorded > RESULT_MAX_TASKS or not p.recorded:
             return []
-        if len(self._mine) == p.recorded and workflow.patched(PATCH_RESULT_FROM_MEMORY):
+        if len(self._mine) == p.recorded and compat.result_from_memory():
             return [outcome for outcome, _ in sorted(self._mine, key=lambda kept: kept[1])]
         page: OutcomePage = await workflow.execute_activity(
             ACTIVITY_READ_OUTCOMES,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from temporalio.api.enums.v1 import PendingWorkflowTaskState
 from temporalio.client import Client, WorkflowHandle
 
-from taskfleet.activities.support.queue_watch import workflow_pollers
+from taskfleet.activities.pods.queue_watch import workflow_pollers
 
 __all__ = ["MISSING", "WAITING", "WORKING", "run_worker_state", "workflow_pollers"]
 

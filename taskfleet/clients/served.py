@@ -3,7 +3,7 @@
 `taskfleet lessons query` waits for a worker to answer; `taskfleet git flush --wait` for the
 batcher to push. Neither can progress while no worker polls the workflow's task queue: instead of
 waiting in silence, the call ends within seconds naming that queue (see
-`activities/support/queue_watch.py` for how "no worker" is told apart from "busy").
+`activities/pods/queue_watch.py` for how "no worker" is told apart from "busy").
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from temporalio.client import Client
 
-from taskfleet.activities.support.queue_watch import UNSERVED_SECONDS, unserved
+from taskfleet.activities.pods.queue_watch import UNSERVED_SECONDS, unserved
 from taskfleet.core.errors import StartupError
 
 T = TypeVar("T")

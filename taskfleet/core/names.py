@@ -121,3 +121,10 @@ PATCH_LOCAL_RECORD = "taskfleet-local-record"
 PATCH_DEFAULT_BASE = "taskfleet-default-base-from-remote"
 # A Claude task tells the orchestrator when it moves to another stage (signal `task_stage`).
 PATCH_TASK_STAGES = "taskfleet-task-stages"
+# A git batcher continues as new under load, carrying its queue (before, it waited for a moment
+# with no flush due, which a stream never gives).
+PATCH_CAN_UNDER_LOAD = "git-batcher-continue-as-new-under-load"
+# The Claude batcher continues as new between two flushes or polls (before, it finished the loop).
+PATCH_CAN_BETWEEN_STEPS = "llm-batcher-continue-as-new-between-steps"
+# An op reaching an idle git batcher (nothing queued, so no age timer) arms the timer for its age.
+PATCH_AGE_TIMER_ON_ARRIVAL = "git-batcher-age-timer-on-arrival"

@@ -47,7 +47,7 @@ class TaskfleetSettings:
     task_env: tuple[str, ...] = field(default_factory=lambda: parse_allow_list(os.environ.get(ALLOW_VARIABLE)))
     # How a task's processes die with it: "auto" (a PID namespace per command where the kernel
     # allows it, else process groups), "pid-namespace" (required) or "process-group" (env
-    # TASKFLEET_PROCESS_TREES). See activities/support/process_trees.py.
+    # TASKFLEET_PROCESS_TREES). See activities/processes/process_trees.py.
     process_trees: str = field(default_factory=lambda: os.environ.get("TASKFLEET_PROCESS_TREES") or "auto")
     # The task queue every taskfleet worker also polls, for the lease locks (one per resource, so
     # not per queue). Every worker of a namespace must agree (env TASKFLEET_COORDINATION_QUEUE).

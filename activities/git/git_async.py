@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from taskfleet.activities.support.executor import _exited
-from taskfleet.activities.support.shared_clone import is_lock_contention, retry_delays
+from taskfleet.activities.pods.shared_clone import is_lock_contention, retry_delays
+from taskfleet.activities.processes.executor import _exited
 
 Heartbeat = Callable[[], None]
 LOCK_RETRY_SECONDS = 60.0

@@ -16,7 +16,7 @@ it. At worker start, slots whose lock nobody holds are leftovers of a crashed wo
 worker stop the pool is drained and every slot removed, so no worktree stays registered in the clone.
 Branches are always kept.
 
-On a clone shared by pods (activities/support/shared_clone.py) every slot is registered locked,
+On a clone shared by pods (activities/pods/shared_clone.py) every slot is registered locked,
 owned by this pod and its worker's presence lease: `git worktree prune` (ours never runs it) and gc
 leave it alone, and this pool drops only registrations it owns. A crashed worker's registrations
 are dropped by whoever takes its expired presence lease (`sweep`).
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from taskfleet.activities.support.git_async import (
+from taskfleet.activities.git.git_async import (
     GIT_ENV,
     FileLocks,
     GitError,
@@ -48,12 +48,12 @@ from taskfleet.activities.support.git_async import (
     release,
     try_flock,
 )
-from taskfleet.activities.support.git_op_application import OpFailed
-from taskfleet.activities.support.presence import WorkerPresence
-from taskfleet.activities.support.shared_clone import forget_registrations, owner_reason, registrations
-from taskfleet.activities.support import slot_watch
-from taskfleet.activities.support.work_commit import NotKnown, restore_paths, snapshot
-from taskfleet.activities.support.worktree_refs import (
+from taskfleet.activities.git.git_op_application import OpFailed
+from taskfleet.activities.pods.presence import WorkerPresence
+from taskfleet.activities.pods.shared_clone import forget_registrations, owner_reason, registrations
+from taskfleet.activities.git import slot_watch
+from taskfleet.activities.git.work_commit import NotKnown, restore_paths, snapshot
+from taskfleet.activities.git.worktree_refs import (
     RefWriteRefused,
     admin_dir,
     checked_out_elsewhere,

@@ -33,8 +33,8 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.activities.support.fence import Fence
-from taskfleet.activities.support.queue_watch import UNSERVED_SECONDS, unserved
+from taskfleet.activities.pods.fence import Fence
+from taskfleet.activities.pods.queue_watch import UNSERVED_SECONDS, unserved
 from taskfleet.core.errors import root_cause_message
 from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import (

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from git import Repo
 from git.exc import InvalidGitRepositoryError, NoSuchPathError
-from taskfleet.activities.support.git_async import FileLocks, Heartbeat, _nothing
+from taskfleet.activities.git.git_async import FileLocks, Heartbeat, _nothing
 
 from taskfleet.core.models.orchestrator import BranchClaim
 

@@ -15,7 +15,7 @@ import time
 
 from git import PushInfo, Repo
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
-from taskfleet.activities.support.git_op_application import commit_env, ref_commit
+from taskfleet.activities.git.git_op_application import commit_env, ref_commit
 from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.models.merge_queue import (

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from taskfleet.activities.support.executor_records import process_alive
+from taskfleet.activities.processes.executor_records import process_alive
 
 KEEP_AT_MOST = 1000
 

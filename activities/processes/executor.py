@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from taskfleet.activities.support.executor_policy import current_policy
-from taskfleet.activities.support.executor_records import no_detached_git_maintenance
+from taskfleet.activities.processes.executor_policy import current_policy
+from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
 
 TAIL_BYTES = 4096
 

@@ -24,8 +24,8 @@ from typing import Optional
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.activities.support.lease import Lease, LeaseLock
-from taskfleet.activities.support.shared_clone import Registration, owner_reason, registrations
+from taskfleet.activities.pods.lease import Lease, LeaseLock
+from taskfleet.activities.pods.shared_clone import Registration, owner_reason, registrations
 from taskfleet.core.models.lease_lock import LeaseLockConfig
 from taskfleet.core.pod import pod_id
 

@@ -7,7 +7,7 @@ sent back runs again from the target's tip the queue judged it on, with the reas
 
 from __future__ import annotations
 
-from taskfleet.activities.support.worktrees import resolve
+from taskfleet.activities.git.worktrees import resolve
 from temporalio import activity
 
 from taskfleet.core.ids import landing_op_id

@@ -2,7 +2,7 @@
 
 `git add -A` then `git commit` reads every file of the checkout to find the few a task changed
 (seconds on a large tree) and rewrites the whole index. When the changed paths are known (the
-Claude task's edits, or a slot's watch: activities/support/slot_watch.py), the commit is built in
+Claude task's edits, or a slot's watch: activities/git/slot_watch.py), the commit is built in
 process (libgit2) instead: the base's tree, with only those paths' directories rebuilt from the
 files as they are now; the commit on top; the branch moved by compare-and-swap. The slot's index
 is never written, so it stays the base's and the slot's scrub only puts those paths back.

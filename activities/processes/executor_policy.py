@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from taskfleet.activities.support.process_trees import MODE_AUTO, SETTING, ProcessTrees, detect
+from taskfleet.activities.processes.process_trees import MODE_AUTO, SETTING, ProcessTrees, detect
 from taskfleet.core.task_env import ALLOW_VARIABLE, TaskEnvironment
 
 
