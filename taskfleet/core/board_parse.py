@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from taskfleet.core.board_rows import ROWS_SPECS, BoardHead, RawTask
-from taskfleet.core.boards import BOARD_KEYS, MARKDOWN_COLUMNS, BoardError, _cells
+from taskfleet.core.boards import MARKDOWN_COLUMNS, BoardError, _cells, toml_board_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -156,13 +156,7 @@ def _scan_toml(lines: Iterable[str], source: str) -> Iterator[BoardHead | RawTas
 
 
 def _toml_head(lines: list[str], source: str) -> tuple[BoardHead, list[Any]]:
-    try:
-        data = tomllib.loads("".join(lines))
-    except tomllib.TOMLDecodeError as err:
-        raise BoardError(f"{source}: not valid TOML: {err}") from None
-    unknown = sorted(set(data) - BOARD_KEYS)
-    if unknown:
-        raise BoardError(f"{source}: unknown board key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(BOARD_KEYS))}")
+    data = toml_board_table("".join(lines), source)
     inline = data.pop("tasks", None)
     if inline is not None and (not isinstance(inline, list) or not inline):
         raise BoardError(f"{source}: `tasks` must be a list of tables")

@@ -103,7 +103,9 @@ def parse_markdown_board(text: str, source: str = "board.md", **overrides: Any) 
     return validate_board(Board(tasks=tasks, name=Path(source).stem, format="markdown", **board_wide(settings)), source)
 
 
-def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) -> Board:
+def toml_board_table(text: str, source: str) -> dict[str, Any]:
+    """A TOML board's top-level table, refused with one line when it is not TOML or names a key no
+    board has: the whole-board reader and the streaming one (`board_parse.py`) share it."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -111,6 +113,11 @@ def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) ->
     unknown = sorted(set(data) - BOARD_KEYS)
     if unknown:
         raise BoardError(f"{source}: unknown board key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(BOARD_KEYS))}")
+    return data
+
+
+def parse_toml_board(text: str, source: str = "board.toml", **overrides: Any) -> Board:
+    data = toml_board_table(text, source)
     rows = data.pop("tasks", None)
     if not isinstance(rows, list) or not rows:
         raise BoardError(f"{source}: no [[tasks]] tables")
