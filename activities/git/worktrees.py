@@ -28,14 +28,11 @@ import asyncio
 import fcntl
 import hashlib
 import os
-import re
 import secrets
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from taskfleet.activities.git.git_async import (
     GIT_ENV,
@@ -52,10 +49,11 @@ from taskfleet.activities.git.git_op_application import OpFailed
 from taskfleet.activities.pods.presence import WorkerPresence
 from taskfleet.activities.pods.shared_clone import forget_registrations, owner_reason, registrations
 from taskfleet.activities.git import slot_watch
+from taskfleet.activities.git.pool_slot import CloneSlots, Slot, Worktree
+from taskfleet.activities.git.slot_settings import index_stamp, settings_files, slot_settings
 from taskfleet.activities.git.work_commit import NotKnown, restore_paths, snapshot
 from taskfleet.activities.git.worktree_refs import (
     RefWriteRefused,
-    admin_dir,
     checked_out_elsewhere,
     detach_head,
     point_branch,
@@ -73,128 +71,6 @@ RUN_TRAILER = "Taskfleet-Run"
 class BranchCheckedOut(Exception):
     """The task's branch is checked out in the clone or a person's worktree; the message says where."""
 
-
-@dataclass(eq=False)
-class Slot:
-    name: str
-    path: Path
-    clone: str  # the clone's absolute path
-    lock: IO[bytes]
-    lease: str = ""  # the presence key it was registered under
-    head: str = ""  # the commit its clean checkout is at (set when it goes back on the free list)
-    settings: tuple[bytes, bytes, bool] = (b"", b"", False)  # `_slot_settings` when it was made
-    # The kernel's account of what the current task's commands touched (slot_watch); `touched` is
-    # None when it is not known (no watch, or events were lost): then the scrub scans the tree.
-    watch: slot_watch.SlotWatch | None = None
-    touched: set[str] | None = None
-    index_stamp: tuple = ()  # the slot's index file when the task began: unchanged means still the base's
-
-    def drain(self) -> set[str] | None:
-        """The paths touched since the last drain, also added to `touched`; None when unknown."""
-        got = self.watch.take() if self.watch is not None else None
-        if got is None:
-            self.touched = None
-        elif self.touched is not None:
-            self.touched |= got
-        return got
-
-    def begin(self) -> None:
-        """A task starts on a clean slot: what happened before (checkout, scrub) is forgotten."""
-        if self.watch is not None and self.watch.take() is None:
-            self.watch.close()  # events were lost: its watches may name the wrong folders
-            self.watch = slot_watch.watch(self.path)
-        self.touched = set() if self.watch is not None else None
-        self.index_stamp = _index_stamp(self.path)
-
-    def close_watch(self) -> None:
-        if self.watch is not None:
-            self.watch.close()
-            self.watch = None
-
-
-@dataclass
-class Worktree:
-    path: Path
-    base_commit: str
-    slot: Slot
-    setup_seconds: float = 0.0
-    new_slot: bool = False
-    tree: str = ""  # the implementer's work, snapshotted in process (`WorktreePool.snapshot`); "": staged by git
-
-
-@dataclass
-class _Clone:
-    free: list[Slot] = field(default_factory=list)
-    owned: set[Slot] = field(default_factory=set)
-    recycling: int = 0  # slots being scrubbed right now: back on `free` soon
-    waiting: list[asyncio.Future] = field(default_factory=list)  # takers told when a scrub ends
-
-    def scrub_ended(self) -> None:
-        self.recycling -= 1
-        waiting, self.waiting = self.waiting, []
-        for waiter in waiting:
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-_FLAGGED = re.compile(r"^(?:[a-z]|S )", re.MULTILINE)  # `ls-files -v`: assume-unchanged, skip-worktree
-
-
-_ADMIN_DIRS: dict[str, str] = {}  # slot -> its admin folder (a slot's `.git` link never changes)
-
-
-def _admin(path: Path) -> str:
-    key = str(path)
-    found = _ADMIN_DIRS.get(key)
-    if found is None:
-        found = str(admin_dir(path))
-        if len(_ADMIN_DIRS) > 4096:
-            _ADMIN_DIRS.clear()
-        _ADMIN_DIRS[key] = found
-    return found
-
-
-def _index_stamp(path: Path) -> tuple:
-    try:
-        st = os.stat(os.path.join(_admin(path), "index"))
-    except (OSError, RefWriteRefused):
-        return ()
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-def _settings_files(path: Path) -> tuple[bytes, bytes]:
-    """The slot's own worktree config and sparse-checkout patterns (see `_slot_settings`)."""
-    try:
-        admin = Path(_admin(path))
-    except (RefWriteRefused, OSError):
-        return b"?", b"?"
-
-    def read(file: Path) -> bytes:
-        try:
-            return file.read_bytes()
-        except OSError:
-            return b""
-
-    return read(admin / "config.worktree"), read(admin / "info" / "sparse-checkout")
-
-
-async def _slot_settings(path: Path) -> tuple[bytes, bytes, bool]:
-    """What an executor can set on a slot itself that `reset --hard` and `clean` keep: the slot's own
-    worktree config and sparse-checkout patterns, and whether any index entry is flagged
-    assume-unchanged or skip-worktree."""
-    try:
-        admin = admin_dir(path)
-    except RefWriteRefused:
-        return b"?", b"?", True
-
-    def read(file: Path) -> bytes:
-        try:
-            return file.read_bytes()
-        except OSError:
-            return b""
-
-    listed = await git(path, "ls-files", "-v")
-    return read(admin / "config.worktree"), read(admin / "info" / "sparse-checkout"), bool(_FLAGGED.search(listed))
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
@@ -222,7 +98,7 @@ class WorktreePool:
         self.presence: WorkerPresence | None = None
         self._swept: set[str] = set()
         self._locks = FileLocks()
-        self._clones: dict[str, _Clone] = {}
+        self._clones: dict[str, CloneSlots] = {}
         self._cleanups: set[asyncio.Task] = set()
 
     def repo_dir(self, repo: str) -> Path:
@@ -247,15 +123,15 @@ class WorktreePool:
         """A checkout of `base_commit` on `branch` (created or reset there; None: detached), used by
         no one else."""
         started = time.monotonic()
-        clone = self._clones.setdefault(os.path.abspath(repo_path), _Clone())
+        clone = self._clones.setdefault(os.path.abspath(repo_path), CloneSlots())
         if self.presence is not None:
             await self.presence.wait_ready()
             await self.presence.ensure()
             self._sweep_soon(os.path.abspath(repo_path))
-        slot = await self._free_slot(clone, base_commit, heartbeat)
+        slot = await clone.wait_free(base_commit, heartbeat)
         while slot is not None and slot.lease != self._lease():  # registered under a lost lease
             await asyncio.shield(self._discard(slot))
-            slot = await self._free_slot(clone, base_commit, heartbeat)
+            slot = await clone.wait_free(base_commit, heartbeat)
         new = slot is None
         if slot is None:
             slot = await self._add_slot(repo_path, base_commit, heartbeat)
@@ -306,20 +182,6 @@ class WorktreePool:
             raise
         return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
 
-    async def _free_slot(self, clone: _Clone, base_commit: str, heartbeat: Heartbeat) -> Slot | None:
-        """A free slot; while none is free but some are being scrubbed, the first of those to be
-        ready. Waiting for a scrub (it rewrites only what the last task changed) is much cheaper
-        than a new slot's checkout of the whole tree, and keeps the pool at the window's size."""
-        slot = self._pop_free(clone, base_commit)
-        while slot is None and clone.recycling > 0:
-            waiter = asyncio.get_running_loop().create_future()
-            clone.waiting.append(waiter)
-            while not waiter.done():
-                await asyncio.wait({waiter}, timeout=1.0)
-                heartbeat()
-            slot = self._pop_free(clone, base_commit)
-        return slot
-
     async def snapshot(self, worktree: Worktree, known: list[str] | None = None) -> bool:
         """The implementer's work as a tree (`worktree.tree`), from the paths it touched (`known`,
         else the slot's watch), without the index; False when those are not known here: the
@@ -336,7 +198,7 @@ class WorktreePool:
 
     def give_back(self, worktree: Worktree) -> None:
         """Scrub the slot in the background (off the task's time) and put it back on the free list."""
-        self._clones.setdefault(worktree.slot.clone, _Clone()).recycling += 1
+        self._clones.setdefault(worktree.slot.clone, CloneSlots()).recycling += 1
         task = asyncio.get_running_loop().create_task(self._recycle(worktree.slot, worktree.base_commit))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
@@ -443,7 +305,7 @@ class WorktreePool:
             self._locks.release(lock_path, handle)
         try:
             await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
-            slot.settings = await _slot_settings(slot.path)  # as the clone gives a new worktree
+            slot.settings = await slot_settings(slot.path)  # as the clone gives a new worktree
             slot.watch = slot_watch.watch(slot.path)
         except BaseException:
             await asyncio.shield(self._discard(slot))
@@ -471,7 +333,7 @@ class WorktreePool:
         touched, slot.touched = slot.touched, None
         if touched is None or not base_commit or not slot.index_stamp:
             return False
-        if _index_stamp(slot.path) != slot.index_stamp or _settings_files(slot.path) != slot.settings[:2]:
+        if index_stamp(slot.path) != slot.index_stamp or settings_files(slot.path) != slot.settings[:2]:
             return False
         def restore() -> None:
             detach_head(slot.path, base_commit)
@@ -486,7 +348,7 @@ class WorktreePool:
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
         """Back to a clean checkout of the base the task started from: the next task on that base
         (most of a board's) then only moves its branch (`take`)."""
-        clone = self._clones.setdefault(slot.clone, _Clone())
+        clone = self._clones.setdefault(slot.clone, CloneSlots())
         try:
             try:
                 if await self._restore_known(slot, base_commit):
@@ -496,7 +358,7 @@ class WorktreePool:
                     # With index flags, or its own sparse-checkout or worktree config changed since
                     # it was made, the next task would find files that are not the base's (or lose
                     # its edits to them from its commit): such a slot is discarded, not reused.
-                    plain = await _slot_settings(slot.path) == slot.settings
+                    plain = await slot_settings(slot.path) == slot.settings
             except (GitError, OSError):
                 plain = False
             if not plain:
@@ -506,14 +368,6 @@ class WorktreePool:
             clone.free.append(slot)
         finally:
             clone.scrub_ended()
-
-    @staticmethod
-    def _pop_free(clone: _Clone, base_commit: str) -> Slot | None:
-        """A free slot, one already at `base_commit` first."""
-        for i in range(len(clone.free) - 1, -1, -1):
-            if clone.free[i].head == base_commit:
-                return clone.free.pop(i)
-        return clone.free.pop() if clone.free else None
 
     async def _discard(self, slot: Slot) -> None:
         slot.close_watch()
