@@ -37,7 +37,6 @@ from pathlib import Path
 from taskfleet.activities.git.git_async import (
     GIT_ENV,
     FileLocks,
-    GitError,
     Heartbeat,
     _nothing,
     git,
@@ -50,12 +49,12 @@ from taskfleet.activities.pods.presence import WorkerPresence
 from taskfleet.activities.pods.shared_clone import forget_registrations, owner_reason, registrations
 from taskfleet.activities.git import slot_watch
 from taskfleet.activities.git.pool_slot import CloneSlots, Slot, Worktree
-from taskfleet.activities.git.slot_settings import index_stamp, settings_files, slot_settings
-from taskfleet.activities.git.work_commit import NotKnown, restore_paths, snapshot
+from taskfleet.activities.git.slot_scrub import reusable_at, scrub
+from taskfleet.activities.git.slot_settings import slot_settings
+from taskfleet.activities.git.work_commit import NotKnown, snapshot
 from taskfleet.activities.git.worktree_refs import (
     RefWriteRefused,
     checked_out_elsewhere,
-    detach_head,
     point_branch,
 )
 
@@ -149,12 +148,12 @@ class WorktreePool:
         head, slot.head = slot.head, ""
         try:
             if branch is None:
-                # A free slot is a clean checkout with HEAD detached at `head` (`_scrub`): moving it
-                # to another commit rewrites only the files that differ.
+                # A free slot is a clean checkout with HEAD detached at `head` (slot_scrub): moving
+                # it to another commit rewrites only the files that differ.
                 if head != base_commit:
                     ran = await git_run(slot.path, "checkout", "-q", "--detach", base_commit, heartbeat=heartbeat)
                     if ran.code != 0:
-                        await self._scrub(slot, heartbeat)
+                        await scrub(slot, heartbeat)
                         await git(slot.path, "checkout", "-q", "-f", "--detach", base_commit, heartbeat=heartbeat)
                 slot.begin()
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
@@ -174,7 +173,7 @@ class WorktreePool:
             args = ("checkout", "-q", "--ignore-other-worktrees", "-B", branch, base_commit)
             ran = await git_run(slot.path, *args, heartbeat=heartbeat)
             if ran.code != 0:  # local changes in the way: scrub and force
-                await self._scrub(slot, heartbeat)
+                await scrub(slot, heartbeat)
                 await git(slot.path, "checkout", "-q", "-f", *args[2:], heartbeat=heartbeat)
             slot.begin()
         except BaseException:
@@ -313,55 +312,12 @@ class WorktreePool:
         slot.head = base_commit
         return slot
 
-    async def _scrub(self, slot: Slot, heartbeat: Heartbeat = _nothing, commit: str = "") -> None:
-        """A clean checkout, detached at `commit` (default: where it is); the task branch is kept."""
-        try:
-            # HEAD detached at the commit by a file write, then one `reset --hard` brings the index
-            # and files there (two processes instead of checkout + reset).
-            detach_head(slot.path, commit or await git(slot.path, "rev-parse", "HEAD"))
-            await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
-        except RefWriteRefused:
-            await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
-            await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat)
-        await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat)
-
-    async def _restore_known(self, slot: Slot, base_commit: str) -> bool:
-        """Put back only the paths the task touched, when they are known and the index is still
-        the base's (no one ran `git add`, `commit` or `reset` in the slot): no scan of the tree.
-        False when that cannot be done; the caller scrubs in full."""
-        slot.drain()
-        touched, slot.touched = slot.touched, None
-        if touched is None or not base_commit or not slot.index_stamp:
-            return False
-        if index_stamp(slot.path) != slot.index_stamp or settings_files(slot.path) != slot.settings[:2]:
-            return False
-        def restore() -> None:
-            detach_head(slot.path, base_commit)
-            restore_paths(slot.path, base_commit, touched)
-
-        try:
-            await asyncio.to_thread(restore)
-        except (RefWriteRefused, NotKnown, OSError):
-            return False
-        return True
-
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
         """Back to a clean checkout of the base the task started from: the next task on that base
         (most of a board's) then only moves its branch (`take`)."""
         clone = self._clones.setdefault(slot.clone, CloneSlots())
         try:
-            try:
-                if await self._restore_known(slot, base_commit):
-                    plain = True  # same index (so same flags), same config and patterns
-                else:
-                    await self._scrub(slot, commit=base_commit)
-                    # With index flags, or its own sparse-checkout or worktree config changed since
-                    # it was made, the next task would find files that are not the base's (or lose
-                    # its edits to them from its commit): such a slot is discarded, not reused.
-                    plain = await slot_settings(slot.path) == slot.settings
-            except (GitError, OSError):
-                plain = False
-            if not plain:
+            if not await reusable_at(slot, base_commit):
                 await self._discard(slot)
                 return
             slot.head = base_commit
