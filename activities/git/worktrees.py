@@ -28,7 +28,6 @@ import asyncio
 import fcntl
 import hashlib
 import os
-import secrets
 import shutil
 import subprocess
 import time
@@ -46,11 +45,10 @@ from taskfleet.activities.git.git_async import (
 )
 from taskfleet.activities.git.git_op_application import OpFailed
 from taskfleet.activities.pods.presence import WorkerPresence
-from taskfleet.activities.pods.shared_clone import forget_registrations, owner_reason, registrations
-from taskfleet.activities.git import slot_watch
+from taskfleet.activities.pods.shared_clone import forget_registrations, registrations
 from taskfleet.activities.git.pool_slot import CloneSlots, Slot, Worktree
+from taskfleet.activities.git.slot_registration import add_slot, remove_slot
 from taskfleet.activities.git.slot_scrub import reusable_at, scrub
-from taskfleet.activities.git.slot_settings import slot_settings
 from taskfleet.activities.git.work_commit import NotKnown, snapshot
 from taskfleet.activities.git.worktree_refs import (
     RefWriteRefused,
@@ -133,7 +131,8 @@ class WorktreePool:
             slot = await clone.wait_free(base_commit, heartbeat)
         new = slot is None
         if slot is None:
-            slot = await self._add_slot(repo_path, base_commit, heartbeat)
+            slot = await add_slot(self.repo_dir(repo_path), repo_path, base_commit, self.pod, self._lease,
+                                  self._locks, heartbeat)
             clone.owned.add(slot)
         try:
             holder = await asyncio.to_thread(checked_out_elsewhere, slot.path, branch) if branch is not None else ""
@@ -245,9 +244,6 @@ class WorktreePool:
     def _lease(self) -> str:
         return self.presence.key if self.presence is not None else ""
 
-    def _owner_args(self) -> tuple[str, ...]:
-        return ("--lock", "--reason", owner_reason(self.pod, self._lease()))
-
     def _sweep_soon(self, clone_path: str) -> None:
         """First use of a clone by this worker: drop dead workers' registrations, off the task's time."""
         if clone_path in self._swept:
@@ -277,41 +273,6 @@ class WorktreePool:
 
     # --- slots -------------------------------------------------------------------------------
 
-    async def _add_slot(self, repo_path: str, base_commit: str, heartbeat: Heartbeat) -> Slot:
-        folder = self.repo_dir(repo_path)
-        folder.mkdir(parents=True, exist_ok=True)
-        lock_path = folder / ".lock"
-        handle = await self._locks.acquire(lock_path, heartbeat)
-        try:
-            (folder / "REPO").write_text(os.path.abspath(repo_path))
-            while True:
-                name = f"w-{slug(self.pod, 40)}-{secrets.token_hex(4)}"
-                if not (folder / name).exists() and not (folder / f"{name}.lock").exists():
-                    break
-            lock = try_flock(folder / f"{name}.lock")
-            assert lock is not None, "a fresh lock file is always free"
-            slot = Slot(name, folder / name, os.path.abspath(repo_path), lock, self._lease())
-            try:
-                # Only the registration under the clone's lock; the checkout itself (seconds on a
-                # large tree) runs after, in parallel with other tasks' checkouts.
-                await git(repo_path, "worktree", "add", "-q", "--no-checkout", "--detach", "-f",
-                          *self._owner_args(), str(slot.path), base_commit, heartbeat=heartbeat)
-            except BaseException:
-                release(lock)
-                (folder / f"{name}.lock").unlink(missing_ok=True)
-                raise
-        finally:
-            self._locks.release(lock_path, handle)
-        try:
-            await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
-            slot.settings = await slot_settings(slot.path)  # as the clone gives a new worktree
-            slot.watch = slot_watch.watch(slot.path)
-        except BaseException:
-            await asyncio.shield(self._discard(slot))
-            raise
-        slot.head = base_commit
-        return slot
-
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
         """Back to a clean checkout of the base the task started from: the next task on that base
         (most of a board's) then only moves its branch (`take`)."""
@@ -326,22 +287,10 @@ class WorktreePool:
             clone.scrub_ended()
 
     async def _discard(self, slot: Slot) -> None:
-        slot.close_watch()
         clone = self._clones.get(slot.clone)
         if clone is not None:
             clone.owned.discard(slot)
-        folder = slot.path.parent
-        lock_path = folder / ".lock"
-        handle = await self._locks.acquire(lock_path)
-        try:
-            ran = await git_run(slot.clone, "worktree", "remove", "--force", "--force", str(slot.path))
-            if ran.code != 0:  # never `git worktree prune`: it would take other pods' registrations
-                shutil.rmtree(slot.path, ignore_errors=True)
-                await asyncio.to_thread(forget_registrations, slot.clone, [slot.path], self.pod)
-        finally:
-            self._locks.release(lock_path, handle)
-            release(slot.lock)
-            (folder / f"{slot.name}.lock").unlink(missing_ok=True)
+        await remove_slot(slot, self.pod, self._locks)
 
     # --- crash leftovers ------------------------------------------------------------------------
 
