@@ -20,46 +20,38 @@ On a clone shared by pods (activities/pods/shared_clone.py) every slot is regist
 owned by this pod and its worker's presence lease: `git worktree prune` (ours never runs it) and gc
 leave it alone, and this pool drops only registrations it owns. A crashed worker's registrations
 are dropped by whoever takes its expired presence lease (`sweep`).
+
+This module hands slots to tasks and takes them back; the rest lives beside it: a slot and a
+clone's free list (pool_slot), adding and removing a slot (slot_registration), cleaning one for the
+next task (slot_scrub, with slot_settings: what a task may have set that a scrub keeps), and a
+crashed worker's slots (slot_leftovers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
-from taskfleet.activities.git.git_async import (
-    GIT_ENV,
-    FileLocks,
-    Heartbeat,
-    _nothing,
-    git,
-    git_run,
-    release,
-    try_flock,
-)
+from taskfleet.activities.git.git_async import FileLocks, Heartbeat, _nothing, git, git_run, release
 from taskfleet.activities.git.git_op_application import OpFailed
-from taskfleet.activities.pods.presence import WorkerPresence
-from taskfleet.activities.pods.shared_clone import forget_registrations, registrations
 from taskfleet.activities.git.pool_slot import CloneSlots, Slot, Worktree
+from taskfleet.activities.git.slot_leftovers import remove_leftovers
 from taskfleet.activities.git.slot_registration import add_slot, remove_slot
 from taskfleet.activities.git.slot_scrub import reusable_at, scrub
 from taskfleet.activities.git.work_commit import NotKnown, snapshot
-from taskfleet.activities.git.worktree_refs import (
-    RefWriteRefused,
-    checked_out_elsewhere,
-    point_branch,
-)
-
+from taskfleet.activities.git.worktree_refs import RefWriteRefused, checked_out_elsewhere, point_branch
+from taskfleet.activities.pods.presence import WorkerPresence
+from taskfleet.activities.pods.shared_clone import forget_registrations
 from taskfleet.core.git_objects import GitStoreError, open_repository
 from taskfleet.core.git_objects import resolve as resolve_ref
 from taskfleet.core.ids import slug
 from taskfleet.core.pod import pod_id
+
+__all__ = ["RUN_TRAILER", "TASK_TRAILER", "BranchCheckedOut", "Worktree", "WorktreePool", "resolve"]
 
 TASK_TRAILER = "Taskfleet-Task"
 RUN_TRAILER = "Taskfleet-Run"
@@ -67,7 +59,6 @@ RUN_TRAILER = "Taskfleet-Run"
 
 class BranchCheckedOut(Exception):
     """The task's branch is checked out in the clone or a person's worktree; the message says where."""
-
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
@@ -292,57 +283,8 @@ class WorktreePool:
             clone.owned.discard(slot)
         await remove_slot(slot, self.pod, self._locks)
 
-    # --- crash leftovers ------------------------------------------------------------------------
-
     def prune_stale(self) -> list[Path]:
         """Remove slots that no live worker owns (a crashed worker's); returns what was removed.
 
         Runs at worker start, before any task (the caller kills leftover executors first)."""
-        removed: list[Path] = []
-        if not self.root.is_dir():
-            return removed
-        for folder in sorted(p for p in self.root.iterdir() if p.is_dir()):
-            shutil.rmtree(folder / ".trash", ignore_errors=True)  # a drain cut short
-            repo_file = folder / "REPO"
-            if not repo_file.exists():
-                continue
-            repo_path = repo_file.read_text().strip()
-            with open(folder / ".lock", "a+b") as clone_lock:
-                fcntl.flock(clone_lock, fcntl.LOCK_EX)  # at start: no task waits behind us
-                try:
-                    removed += self._prune_folder(folder, repo_path)
-                finally:
-                    fcntl.flock(clone_lock, fcntl.LOCK_UN)
-        return removed
-
-    def _prune_folder(self, folder: Path, repo_path: str) -> list[Path]:
-        removed = []
-        locks = {p.name[: -len(".lock")]: p for p in folder.glob("*.lock") if p.name != ".lock"}
-        dirs = {p.name: p for p in folder.iterdir() if p.is_dir()}
-        for name in sorted(set(locks) | set(dirs)):
-            handle = try_flock(locks[name]) if name in locks else None
-            if name in locks and handle is None:
-                continue  # a live worker owns it
-            try:
-                stale = folder / name
-                if stale.exists():
-                    done = subprocess.run(
-                        ["git", "worktree", "remove", "--force", "--force", str(stale)], cwd=repo_path,
-                        capture_output=True, env={**os.environ, **GIT_ENV}, check=False,
-                    ) if os.path.isdir(repo_path) else None
-                    if done is None or done.returncode != 0:
-                        shutil.rmtree(stale, ignore_errors=True)
-                    removed.append(stale)
-            finally:
-                if handle is not None:
-                    release(handle)
-                if name in locks:
-                    locks[name].unlink(missing_ok=True)
-        if os.path.isdir(repo_path):
-            # Registrations of this folder's slots that no live process of this pod holds (only
-            # ours: `git worktree prune` would take other pods' registrations too).
-            live = {name for name, lock in locks.items() if lock.exists()}
-            dead = [reg.path for reg in registrations(repo_path)
-                    if reg.path.parent == folder and reg.path.name not in live]
-            forget_registrations(repo_path, dead, self.pod)
-        return removed
+        return remove_leftovers(self.root, self.pod)
