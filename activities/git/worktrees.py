@@ -195,9 +195,10 @@ class WorktreePool:
     async def drain(self) -> None:
         """At worker stop: unregister every slot from its clone at once, then delete the files.
 
-        Slots are moved into `<clone folder>/.trash` (a rename) and `git worktree prune` drops
-        their registrations in one call, so the clone is clean even if deleting a large tree is cut
-        short by the worker's shutdown timeout; the next start deletes what is left in the trash.
+        Slots are moved into `<clone folder>/.trash` (a rename) and this pod's registrations are
+        dropped in one pass (never `git worktree prune`, which would drop other pods' too), so the
+        clone is clean even if deleting a large tree is cut short by the worker's shutdown timeout;
+        the next start deletes what is left in the trash.
         """
         while self._cleanups:
             await asyncio.gather(*list(self._cleanups), return_exceptions=True)
