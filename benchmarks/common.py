@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -86,6 +87,30 @@ async def landing_tail_seconds(handle) -> float:
         elif kind == "workflow_execution_completed_event_attributes":
             end = event.event_time.ToDatetime()
     return (end - last).total_seconds() if last and end else 0.0
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU used so far, by where it ran: this process (the worker, every thread: the event loop,
+    `to_thread` work, workflow activations, the SDK's Rust core), the processes it started and
+    reaped (task commands, git), and the dev server (a child still running: read from /proc)."""
+    me, server = os.getpid(), 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == me and b"temporal" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                server += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"worker": own.ru_utime + own.ru_stime, "children": children.ru_utime + children.ru_stime,
+            "server": server}
+
+
+def cpu_ms_per_task(before: dict[str, float], after: dict[str, float], tasks: int) -> dict[str, float]:
+    spent = {key: (after[key] - before[key]) * 1000 / tasks for key in before}
+    spent["total"] = sum(spent.values())
+    return {key: round(value, 2) for key, value in spent.items()}
 
 
 def emit(figures: dict) -> None:

@@ -14,6 +14,10 @@ case measured both ways; `git_work_floor` times, alone, the git work a with-work
 `add -A` + `commit`, and one push of the run's branches), and `..._best_possible` is the ratio that
 work alone would leave if every signal, activity and claim cost nothing.
 
+`cpu_ms_per_task` says, per side, where the CPU went (the worker process with all its threads,
+the commands and git processes it reaped, the dev server): on 2 cores a side cannot run its tasks
+faster than its CPU allows, whatever the scheduling.
+
 Also: 1,000 no-op tasks (ms per task) and, in full mode, a 2,000-task board under a forced small
 history limit. Prints JSON, with the load average.
 """
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 import sdk_baseline
-from common import emit, landing_tail_seconds, run, run_board, temporal_worker
+from common import cpu_ms_per_task, cpu_seconds, emit, landing_tail_seconds, run, run_board, temporal_worker
 
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.testing import make_git_remote
@@ -89,16 +93,22 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
     ours: list[dict] = []
     baseline: list[float] = []
     worktree_only: list[float] = []
+    cpu: dict[str, list[dict]] = {"taskfleet": [], activity: [], extra: []}
     for rep in range(repeat):
         for side in (("taskfleet", "baseline") if rep % 2 == 0 else ("baseline", "taskfleet")):
+            before = cpu_seconds()
             if side == "taskfleet":
                 ours.append(await run_case(client, repo, n, seconds, concurrency, worktree=worktree))
+                cpu["taskfleet"].append(cpu_ms_per_task(before, cpu_seconds(), n))
                 continue
             wall = await sdk_baseline.run_once(client, activity, n, seconds, concurrency, str(repo), BASELINE_QUEUE)
             baseline.append(round(ideal / wall, 3))
+            cpu[activity].append(cpu_ms_per_task(before, cpu_seconds(), n))
             if extra:
+                before = cpu_seconds()
                 wall = await sdk_baseline.run_once(client, extra, n, seconds, concurrency, str(repo), BASELINE_QUEUE)
                 worktree_only.append(round(ideal / wall, 3))
+                cpu[extra].append(cpu_ms_per_task(before, cpu_seconds(), n))
     ours_eff = statistics.median(r["efficiency"] for r in ours)
     base_eff = statistics.median(baseline)
     figures = {
@@ -113,6 +123,12 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
         "taskfleet_overhead_ms_per_task": statistics.median(r["overhead_ms_per_task"] for r in ours),
         "landing_overhead_ms_per_task": statistics.median(r["landing_overhead_ms_per_task"] for r in ours),
         "landing_tail_ms_per_task": statistics.median(r["landing_tail_ms_per_task"] for r in ours),
+        # Where each side's CPU went, ms per task (median per place): the cores both sides share
+        # bound the ratio once the tasks' own sleeping no longer hides it.
+        "cpu_ms_per_task": {
+            side: {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+            for side, runs in cpu.items() if runs
+        },
     }
     if extra:
         figures["worktree_only_baseline_efficiency"] = statistics.median(worktree_only)
