@@ -30,6 +30,7 @@ from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit,
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
 from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
 from taskfleet.activities.processes.executor_policy import task_env_problem
+from taskfleet.activities.task_landing import submit_landing
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -146,7 +147,7 @@ class LLMActivities:
         self.lessons = lessons
         self.templates = templates
         self.results = results
-        self.tasks = tasks  # TaskActivities: its worktree manager and its landing step
+        self.tasks = tasks  # TaskActivities: its worktree pool, and how task processes start and end
         self._client: anthropic.AsyncAnthropic | None = None
         self._client_env: tuple[str, str] | None = None
 
@@ -363,7 +364,7 @@ class LLMActivities:
             # A retry after a crash: this run already committed the task; only landing is left.
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
             if not task_input.hold_landing:
-                await self.tasks._land(task_input, result)
+                await submit_landing(task_input, result)
             return result
         try:
             worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
@@ -418,7 +419,7 @@ class LLMActivities:
                 return result  # its judge decides; the edits are kept (and the commit lands) once approved
             if params.cache_key and not params.from_cache:
                 self.results.put(f"llm:{params.cache_key}", {"edits": params.edits, "summary": params.summary})
-            await self.tasks._land(task_input, result)
+            await submit_landing(task_input, result)
             return result
         finally:
             self.tasks.worktrees.give_back(worktree)

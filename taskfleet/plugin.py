@@ -37,6 +37,7 @@ from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using
 from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE
 from taskfleet.activities.pods.presence import WorkerPresence
 from taskfleet.activities.processes.process_trees import ProcessTreesUnavailable, Watchdog, detect
+from taskfleet.activities.run_checks import RunCheckActivities
 from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings
@@ -81,6 +82,7 @@ class WorkerServices:
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
+        self.run_checks = RunCheckActivities(settings)
         llm = LLMSettings()
         self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
         self.plans = PlanActivities(llm, self.lessons, self.templates)
@@ -99,8 +101,8 @@ class WorkerServices:
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
             self.tasks.land_task,
-            self.tasks.claim_branches,
-            self.tasks.check_task_env,
+            self.run_checks.claim_branches,
+            self.run_checks.check_task_env,
             *self.llm.activities(),
             self.plans.prepare,
             *self.judges.activities(),
