@@ -27,6 +27,7 @@ from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.judge import JudgeActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
+from taskfleet.activities.llm_api import LLMApiActivities
 from taskfleet.activities.merge_queue import MergeQueueActivities
 from taskfleet.activities.plan import PlanActivities
 from taskfleet.activities.services.lessons_journals import lessons_index_for
@@ -85,6 +86,7 @@ class WorkerServices:
         self.run_checks = RunCheckActivities(settings)
         llm = LLMSettings()
         self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
+        self.llm_api = LLMApiActivities(llm)
         self.plans = PlanActivities(llm, self.lessons, self.templates)
         self.judges = JudgeActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
         self.boards = BoardStoreActivities()
@@ -104,6 +106,7 @@ class WorkerServices:
             self.run_checks.claim_branches,
             self.run_checks.check_task_env,
             *self.llm.activities(),
+            *self.llm_api.activities(),
             self.plans.prepare,
             *self.judges.activities(),
             self.boards.store_board,
