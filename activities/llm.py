@@ -1,9 +1,8 @@
-"""Activities of the Claude implementer: prepare a request, call the API (direct or as a Message
-Batch), apply the model's edits, verify, commit and land.
+"""The task side of the Claude implementer's activities: a task's request prepared (prompt, context
+files, cache key), the model's edits applied in a worktree, verified, committed and landed, and a
+failed attempt kept as a lesson. Sending the request is `llm_api.py`'s.
 
-Each is short: no activity waits for a batch (the workflows do, on timers and signals). The API key
-and endpoint come from the worker's environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, read by
-the SDK); nothing secret enters a payload, a log line or an error message.
+Each is short: no activity waits for the model (the workflows do, on timers and signals).
 """
 
 from __future__ import annotations
@@ -11,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import anthropic
 from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
@@ -30,6 +27,7 @@ from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit,
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
 from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
 from taskfleet.activities.processes.executor_policy import task_env_problem
+from taskfleet.activities.task_landing import submit_landing
 from taskfleet.activities.task_runner import needs_a_person, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -37,37 +35,9 @@ from temporalio.exceptions import ApplicationError
 from taskfleet.core.ids import slug
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.lessons import Lesson
-from taskfleet.core.models.llm import (
-    REPLY_ERRORED,
-    REPLY_FAILED,
-    REPLY_SUCCEEDED,
-    ApplyInput,
-    CreateBatchInput,
-    CreateBatchOutput,
-    DeliverResultsInput,
-    DeliverResultsOutput,
-    DirectCallInput,
-    FailureInput,
-    LLMReply,
-    LLMUsage,
-    PollBatchOutput,
-    PreparedRequest,
-    SubmitInput,
-)
+from taskfleet.core.models.llm import ApplyInput, FailureInput, PreparedRequest
 from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
-from taskfleet.core.names import (
-    ACTIVITY_LLM_APPLY,
-    ACTIVITY_LLM_CALL_DIRECT,
-    ACTIVITY_LLM_CREATE_BATCH,
-    ACTIVITY_LLM_DELIVER_RESULTS,
-    ACTIVITY_LLM_POLL_BATCH,
-    ACTIVITY_LLM_PREPARE,
-    ACTIVITY_LLM_RECORD_FAILURE,
-    ACTIVITY_LLM_SUBMIT,
-    LLM_BATCH_WORKFLOW,
-    SIGNAL_LLM_REPLY,
-    SIGNAL_LLM_SUBMIT,
-)
+from taskfleet.core.names import ACTIVITY_LLM_APPLY, ACTIVITY_LLM_PREPARE, ACTIVITY_LLM_RECORD_FAILURE
 
 TOOL_NAME = "apply_edits"
 APPLY_EDITS_TOOL = {
@@ -107,35 +77,6 @@ SHARED_RULES = (
     "apply to the original base again (not on top of your earlier edits). Make the smallest change "
     "that does the task."
 )
-# A batch this much older than its flush cannot be the flush's (clocks of worker and API may differ).
-CLOCK_SKEW = timedelta(minutes=10)
-RETRYABLE_STATUS = {408, 409, 429}
-
-
-def _api_error_message(err: anthropic.APIStatusError) -> str:
-    body = err.body if isinstance(err.body, dict) else {}
-    inner = body.get("error") if isinstance(body.get("error"), dict) else {}
-    message = inner.get("message") or str(err)
-    return f"{err.status_code} {inner.get('type', 'error')}: {message}"[:500]
-
-
-def _raise_api(err: Exception, what: str) -> None:
-    """An API failure as an ApplicationError: retryable unless the API refused the request itself."""
-    if isinstance(err, anthropic.APIStatusError):
-        retryable = err.status_code in RETRYABLE_STATUS or err.status_code >= 500
-        raise ApplicationError(f"{what}: {_api_error_message(err)}", type="AnthropicAPIError",
-                               non_retryable=not retryable) from None
-    raise ApplicationError(f"{what}: {type(err).__name__}: {err}"[:500], type="AnthropicConnectionError") from None
-
-
-def usage_of(message: dict) -> LLMUsage:
-    usage = message.get("usage") or {}
-    return LLMUsage(
-        input_tokens=int(usage.get("input_tokens") or 0),
-        output_tokens=int(usage.get("output_tokens") or 0),
-        cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
-        cache_creation_tokens=int(usage.get("cache_creation_input_tokens") or 0),
-    )
 
 
 class LLMActivities:
@@ -146,24 +87,10 @@ class LLMActivities:
         self.lessons = lessons
         self.templates = templates
         self.results = results
-        self.tasks = tasks  # TaskActivities: its worktree manager and its landing step
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._client_env: tuple[str, str] | None = None
+        self.tasks = tasks  # TaskActivities: its worktree pool, and how task processes start and end
 
     def activities(self) -> list[Any]:
-        return [self.prepare, self.submit, self.call_direct, self.create_batch, self.poll_batch,
-                self.deliver_results, self.apply, self.record_failure]
-
-    def client(self) -> anthropic.AsyncAnthropic:
-        """One SDK client per worker, rebuilt if the environment changed (the SDK reads it)."""
-        env = (os.environ.get("ANTHROPIC_BASE_URL", ""), os.environ.get("ANTHROPIC_API_KEY", ""))
-        if self._client is None or env != self._client_env:
-            if not env[1]:
-                raise ApplicationError("ANTHROPIC_API_KEY is not set in the worker's environment",
-                                       type="AnthropicNotConfigured", non_retryable=True)
-            self._client = anthropic.AsyncAnthropic(max_retries=self.llm.sdk_max_retries)
-            self._client_env = env
-        return self._client
+        return [self.prepare, self.apply, self.record_failure]
 
     # --- prepare ---------------------------------------------------------------------------------
 
@@ -221,117 +148,6 @@ class LLMActivities:
         finally:
             repo.close()
 
-    # --- the API -----------------------------------------------------------------------------------
-
-    @activity.defn(name=ACTIVITY_LLM_SUBMIT)
-    async def submit(self, params: SubmitInput) -> None:
-        """Signal-with-start the queue's LLMBatchWorkflow with one request (its config from this worker)."""
-        await activity.client().start_workflow(
-            LLM_BATCH_WORKFLOW, self.llm.batch_config(), id=params.batch_workflow_id, task_queue=params.task_queue,
-            start_signal=SIGNAL_LLM_SUBMIT, start_signal_args=[params.request],
-            static_summary="Claude requests of this task queue, sent as Message Batches",
-        )
-
-    @activity.defn(name=ACTIVITY_LLM_CALL_DIRECT)
-    async def call_direct(self, params: DirectCallInput) -> LLMReply:
-        """One `messages.create` (llm_batch = false). A request the API refuses is an `errored` reply."""
-        try:
-            message = await self.client().messages.create(**params.params)
-        except anthropic.APIStatusError as err:
-            if err.status_code in RETRYABLE_STATUS or err.status_code >= 500:
-                _raise_api(err, "messages.create")
-            return LLMReply(custom_id=params.custom_id, type=REPLY_ERRORED, error=_api_error_message(err))
-        except anthropic.APIError as err:
-            _raise_api(err, "messages.create")
-        data = message.to_dict()
-        return LLMReply(custom_id=params.custom_id, type=REPLY_SUCCEEDED, message=data, usage=usage_of(data))
-
-    @activity.defn(name=ACTIVITY_LLM_CREATE_BATCH)
-    async def create_batch(self, params: CreateBatchInput) -> CreateBatchOutput:
-        """ONE `messages.batches.create` per flush. `create` has no idempotency key, so a retry first
-        looks for the batch an earlier attempt made (a crash may have lost its answer)."""
-        client = self.client()
-        if activity.info().attempt > 1:
-            found = await self._find_earlier_batch(client, params)
-            if found:
-                activity.logger.warning("%s: found batch %s made by an earlier attempt", params.flush_id, found)
-                return CreateBatchOutput(batch_id=found, recovered=True)
-        try:
-            # No SDK retry here: a timed-out create may have succeeded; the next attempt looks first.
-            once = client.with_options(max_retries=0, timeout=max(self.llm.api_timeout_seconds - 5, 5))
-            batch = await once.messages.batches.create(requests=params.requests)
-        except anthropic.APIError as err:
-            _raise_api(err, "messages.batches.create")
-        return CreateBatchOutput(batch_id=batch.id)
-
-    async def _find_earlier_batch(self, client: anthropic.AsyncAnthropic, params: CreateBatchInput) -> str:
-        """The marker: a batch created since the flush was cut, with exactly its number of requests,
-        that this batcher has not recorded. Results are matched by custom_id afterwards, so a wrong
-        pick shows up as missing results (failed attempts), never as another task's edits."""
-        try:
-            page = await client.messages.batches.list(limit=100)
-        except anthropic.APIError as err:
-            _raise_api(err, "messages.batches.list")
-        since = datetime.fromisoformat(params.cut_at) - CLOCK_SKEW
-        known = set(params.known_batch_ids)
-        candidates = []
-        for batch in page.data:
-            counts = batch.request_counts
-            total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
-            created = batch.created_at if batch.created_at.tzinfo else batch.created_at.replace(tzinfo=since.tzinfo)
-            if batch.id not in known and total == len(params.requests) and created >= since:
-                candidates.append((created, batch.id))
-        return min(candidates)[1] if candidates else ""
-
-    @activity.defn(name=ACTIVITY_LLM_POLL_BATCH)
-    async def poll_batch(self, batch_id: str) -> PollBatchOutput:
-        try:
-            batch = await self.client().messages.batches.retrieve(batch_id)
-        except anthropic.APIError as err:
-            _raise_api(err, f"messages.batches.retrieve {batch_id}")
-        return PollBatchOutput(batch_id=batch.id, processing_status=batch.processing_status,
-                               request_counts=batch.request_counts.to_dict())
-
-    @activity.defn(name=ACTIVITY_LLM_DELIVER_RESULTS)
-    async def deliver_results(self, params: DeliverResultsInput) -> DeliverResultsOutput:
-        """Read the batch's results (unordered) and signal each request's workflow by custom_id.
-
-        Results go straight to the waiting task, so bulk output never enters the batcher's history.
-        A retry re-sends; each task keeps the first reply per custom_id."""
-        routes = dict(zip(params.custom_ids, params.reply_to))
-        out = DeliverResultsOutput()
-        seen: set[str] = set()
-        temporal = activity.client()
-        try:
-            lines = await self.client().messages.batches.results(params.batch_id)
-            async for line in lines:
-                data = line.to_dict()
-                custom_id = str(data.get("custom_id", ""))
-                if custom_id not in routes:
-                    activity.logger.warning("batch %s: result for unknown custom_id %r dropped", params.batch_id,
-                                            custom_id[:80])
-                    out.unknown.append(custom_id[:80])
-                    continue
-                await self._reply(temporal, routes[custom_id], _reply_of(data, params.batch_id))
-                seen.add(custom_id)
-                out.delivered += 1
-                activity.heartbeat(out.delivered)
-        except anthropic.APIError as err:
-            _raise_api(err, f"messages.batches.results {params.batch_id}")
-        for custom_id in params.custom_ids:
-            if custom_id not in seen:
-                out.missing.append(custom_id)
-                await self._reply(temporal, routes[custom_id], LLMReply(
-                    custom_id=custom_id, type=REPLY_FAILED, batch_id=params.batch_id,
-                    error=f"batch {params.batch_id} has no result for this request"))
-        return out
-
-    async def _reply(self, temporal: Any, workflow_id: str, reply: LLMReply) -> None:
-        try:
-            await temporal.get_workflow_handle(workflow_id).signal(SIGNAL_LLM_REPLY, reply)
-        except Exception as err:  # noqa: BLE001 - a finished or vanished task is not the batch's failure
-            activity.logger.warning("could not deliver %s to %s: %s", reply.custom_id, workflow_id, err)
-
     # --- apply, verify, commit, land -------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_LLM_APPLY)
@@ -363,7 +179,7 @@ class LLMActivities:
             # A retry after a crash: this run already committed the task; only landing is left.
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
             if not task_input.hold_landing:
-                await self.tasks._land(task_input, result)
+                await submit_landing(task_input, result)
             return result
         try:
             worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
@@ -418,7 +234,7 @@ class LLMActivities:
                 return result  # its judge decides; the edits are kept (and the commit lands) once approved
             if params.cache_key and not params.from_cache:
                 self.results.put(f"llm:{params.cache_key}", {"edits": params.edits, "summary": params.summary})
-            await self.tasks._land(task_input, result)
+            await submit_landing(task_input, result)
             return result
         finally:
             self.tasks.worktrees.give_back(worktree)
@@ -443,21 +259,6 @@ class LLMActivities:
             await asyncio.to_thread(self.lessons.record, lesson)
         except (OSError, ValueError) as err:
             activity.logger.warning("could not record a lesson for %s: %s", task.id, err)
-
-
-def _reply_of(line: dict, batch_id: str) -> LLMReply:
-    custom_id = str(line.get("custom_id", ""))
-    result = line.get("result") if isinstance(line.get("result"), dict) else {}
-    kind = str(result.get("type", REPLY_FAILED))
-    if kind == REPLY_SUCCEEDED:
-        message = result.get("message") if isinstance(result.get("message"), dict) else {}
-        return LLMReply(custom_id=custom_id, type=kind, message=message, batch_id=batch_id, usage=usage_of(message))
-    error = ""
-    if kind == REPLY_ERRORED:
-        outer = result.get("error") if isinstance(result.get("error"), dict) else {}
-        inner = outer.get("error") if isinstance(outer.get("error"), dict) else outer
-        error = f"{inner.get('type', 'error')}: {inner.get('message', '')}"[:500]
-    return LLMReply(custom_id=custom_id, type=kind, error=error or f"the batch reported {kind}", batch_id=batch_id)
 
 
 def _stage(worktree: Path, touched: list[str]) -> None:

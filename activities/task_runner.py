@@ -11,14 +11,10 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
-from taskfleet.activities.git.branch_claims import BranchClaims, BranchesHeld, NotAClone
 from taskfleet.activities.processes.executor import CommandResult, run_command, tail
-from taskfleet.activities.pods.fence import Fence
-from taskfleet.activities.pods.lease import LeaseLock, NoWorker
 from taskfleet.activities.processes.executor_policy import current_policy, task_env_problem
 from taskfleet.activities.processes.executor_records import (
     TASK_KEY_VARIABLE,
@@ -28,55 +24,29 @@ from taskfleet.activities.processes.executor_records import (
     kill_task_processes,
     task_key,
 )
-from taskfleet.activities.git.git_async import GitError, Heartbeat, _nothing, git, git_run
-from taskfleet.activities.git.git_op_application import OpFailed, commit_env
-from taskfleet.activities.git.queue_entry import base_commit_of, queue_env, submit_to_queue
+from taskfleet.activities.git.git_async import GitError, git
+from taskfleet.activities.git.git_op_application import OpFailed
+from taskfleet.activities.git.queue_entry import base_commit_of, queue_env
 from taskfleet.activities.git.scratch import ScratchDirs
 from taskfleet.activities.pods.shared_clone import is_lock_contention
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
 from taskfleet.activities.git.work_commit import CommitRefused, commit_tree
-from taskfleet.activities.git.worktree_refs import RefWriteRefused, head_branch
-from taskfleet.activities.git.worktrees import (
-    RUN_TRAILER,
-    TASK_TRAILER,
-    BranchCheckedOut,
-    Worktree,
-    WorktreePool,
-    resolve,
-)
+from taskfleet.activities.git.worktrees import BranchCheckedOut, Worktree, WorktreePool
+from taskfleet.activities.task_commits import TreeIds, commit_from_cache, commit_work, task_message
+from taskfleet.activities.task_landing import submit_landing
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.core.git_batch_start import op_payload, with_start_options
-from taskfleet.core.ids import landing_op_id, slug
-from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
+from taskfleet.core.ids import slug
 from taskfleet.core.models.lessons import Lesson
-from taskfleet.core.models.orchestrator import (
-    TASK_FAILED,
-    TASK_SUCCEEDED,
-    BranchClaim,
-    TaskEnvCheck,
-    TaskInput,
-    TaskResult,
-)
+from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
 from taskfleet.core.models.judge import LandInput
 from taskfleet.core.models.review import STAGE_VERIFYING, TaskStage
-from taskfleet.core.names import (
-    ACTIVITY_CHECK_TASK_ENV,
-    ACTIVITY_CLAIM_BRANCHES,
-    ACTIVITY_LAND_TASK,
-    ACTIVITY_RUN_TASK,
-    GIT_BATCH_WORKFLOW,
-    SIGNAL_ENQUEUE,
-    SIGNAL_TASK_STAGE,
-)
+from taskfleet.core.names import ACTIVITY_LAND_TASK, ACTIVITY_RUN_TASK, SIGNAL_TASK_STAGE
 from taskfleet.core.settings import TaskfleetSettings
 
 # A prompt up to this size also reaches the executor in TASKFLEET_PROMPT; any size by file.
 PROMPT_IN_ENV_BYTES = 32 * 1024
-TREE_CACHE_ENTRIES = 4096
 
 
 def task_file_stem(task_id: str) -> str:
@@ -92,19 +62,6 @@ def state_inside(state_dir: Path, repo: str) -> bool:
     """Whether the worker's state dir lies inside the clone's work tree."""
     state, root = Path(os.path.realpath(state_dir)), Path(os.path.realpath(repo))
     return state == root or root in state.parents
-
-
-def clone_lease(coordination_queue: str):
-    """The lease on a clone's claims folder, shared by every pod: one claimer at a time, writing
-    under a fencing token recorded beside the claims. Given back by signal: the claim's activity
-    need not wait for the lock to note it (the next claimer is granted once it has). One lock per
-    clone whatever queue the run is on: it runs on the coordination queue every worker polls."""
-
-    def hold(folder: Path):
-        lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30, task_queue=coordination_queue)
-        return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
-
-    return hold
 
 
 class TaskActivities:
@@ -123,8 +80,7 @@ class TaskActivities:
         self.scratch = ScratchDirs(settings.scratch_dir)
         self.executors = ExecutorRecords(settings.state_dir / "executors")
         self.stragglers = Stragglers()
-        self.claims = BranchClaims()
-        self._trees: dict[tuple[str, str], str] = {}  # (clone, commit) -> its tree
+        self.trees = TreeIds()
 
     def refuse_state_dir_inside(self, task_id: str, repo: str) -> None:
         """A task must not run when the worker's state dir (worktrees, logs) is inside its clone."""
@@ -144,36 +100,6 @@ class TaskActivities:
     async def stop(self) -> None:
         """At worker stop: drain the worktree pool (no worktree stays registered in any clone)."""
         await self.worktrees.drain()
-
-    @activity.defn(name=ACTIVITY_CLAIM_BRANCHES)
-    async def claim_branches(self, claim: BranchClaim) -> int:
-        """Refuse a run whose task branches another running run holds on this clone."""
-        client = activity.client()
-
-        async def is_running(workflow_id: str, first_run_id: str) -> bool:
-            try:
-                described = await client.get_workflow_handle(workflow_id).describe()
-            except RPCError as err:
-                if err.status == RPCStatusCode.NOT_FOUND:
-                    return False
-                raise
-            info = described.raw_description.workflow_execution_info
-            return described.status == WorkflowExecutionStatus.RUNNING and info.first_run_id == first_run_id
-
-        lease = clone_lease(self.settings.coordination_task_queue)
-        try:
-            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), lease)
-        except (BranchesHeld, NotAClone) as err:
-            raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
-        except NoWorker as err:
-            raise ApplicationError(str(err), type="NoWorker", non_retryable=True) from None
-
-    @activity.defn(name=ACTIVITY_CHECK_TASK_ENV)
-    async def check_task_env(self, check: TaskEnvCheck) -> None:
-        """Refuse a board that asks for worker variables this worker does not give tasks (or lacks)."""
-        problem = task_env_problem(list(check.names)[:1000])
-        if problem:
-            raise ApplicationError(problem, type="EnvNotAllowed", non_retryable=True)
 
     async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
         """A retry: whatever an earlier attempt of this task still runs on this machine (its worker
@@ -226,7 +152,7 @@ class TaskActivities:
             # A retry after a crash: this run already committed the task; only landing is left.
             result.status, result.commit, result.resumed = TASK_SUCCEEDED, resumed, True
             if not params.hold_landing:
-                await self._land(params, result)
+                await submit_landing(params, result)
             result.seconds = time.monotonic() - started
             return result
         try:
@@ -251,18 +177,19 @@ class TaskActivities:
         prompt_file, prompt = await self._write_prompt(params, log_path)
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         parts = dict(activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
-                     base_tree=await self._tree_of(params.repo, worktree.base_commit))
+                     base_tree=await self.trees.tree_of(params.repo, worktree.base_commit))
         if params.review is not None:  # a revise round: the same review of the same tree, the same work
             parts["review"] = asdict(params.review)
         key = cache_key(**parts)
         cached = None if task.refresh else self.results.get(key)
-        commit = await self._from_cache(cached, worktree, params) if cached is not None else ""
+        commit = "" if cached is None else await commit_from_cache(
+            params.repo, cached["commit"], worktree, task.id, params.run_key)
         if commit:
             for name in ("exec_exit_code", "verify_exit_code", "exec_seconds", "verify_seconds", "output_tail"):
                 setattr(result, name, cached.get(name))
             result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, commit, True
             if not params.hold_landing:
-                await self._land(params, result)
+                await submit_landing(params, result)
             return
 
         if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result, stage=worktree):
@@ -273,8 +200,8 @@ class TaskActivities:
                     commit_tree, worktree.path, task.branch, worktree.base_commit, worktree.tree,
                     task_message(task.id, task.scope, params.run_key))
             else:
-                result.commit = await _commit(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
-                                              params.run_key, heartbeat=lambda: activity.heartbeat(task.id))
+                result.commit = await commit_work(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
+                                                  params.run_key, heartbeat=lambda: activity.heartbeat(task.id))
         except CommitRefused as err:
             result.status, result.failure_type, result.reason = TASK_FAILED, "bad_checkout", str(err)
             return
@@ -284,46 +211,7 @@ class TaskActivities:
             "verify_seconds": result.verify_seconds, "output_tail": result.output_tail,
         })
         if not params.hold_landing:  # a judged task lands once its judge approves
-            await self._land(params, result)
-
-    async def _tree_of(self, repo: str, commit: str) -> str:
-        """A commit's tree id; a commit never changes its tree, so each is asked of git once."""
-        key = (os.path.abspath(repo), commit)
-        tree = self._trees.get(key)
-        if tree is None:
-            tree = await git(repo, "rev-parse", f"{commit}^{{tree}}")
-            if len(self._trees) >= TREE_CACHE_ENTRIES:
-                self._trees.pop(next(iter(self._trees)))
-            self._trees[key] = tree
-        return tree
-
-    async def _from_cache(self, cached: dict, worktree: Worktree, params: TaskInput) -> str:
-        """The cached result's commit on the task branch, on today's base; "" when unusable.
-
-        The cache is keyed by the base's tree, so a commit made on an older base commit with the
-        same tree is the same work: it is committed again on the current base (same tree, this
-        run's trailers), never pushed on the old one.
-        """
-        task = params.task
-        ran = await git_run(params.repo, "rev-parse", f"{cached['commit']}^{{commit}}",
-                            f"{cached['commit']}^", f"{cached['commit']}^{{tree}}")
-        lines = ran.out.split()
-        if ran.code != 0 or len(lines) != 3:
-            return ""  # the commit is not in this clone: run the task after all
-        commit, parent, tree = lines
-        if parent != worktree.base_commit:
-            message = (await git(params.repo, "log", "-1", "--format=%B", commit)).split(f"\n\n{TASK_TRAILER}:")[0]
-            repo = Repo(params.repo)
-            try:
-                env = commit_env(repo)
-            finally:
-                repo.close()
-            commit = await git(
-                params.repo, "commit-tree", tree, "-p", worktree.base_commit, "-m", message or task.id,
-                "-m", f"{TASK_TRAILER}: {task.id}\n{RUN_TRAILER}: {params.run_key}", env=env,
-            )
-        # Point the task branch (checked out in the worktree) at the commit.
-        return commit if (await git_run(worktree.path, "reset", "-q", "--hard", commit)).code == 0 else ""
+            await submit_landing(params, result)
 
     async def _execute(
         self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult,
@@ -417,41 +305,8 @@ class TaskActivities:
         if params.edits_cache_key and params.edits is not None:
             self.results.put(f"llm:{params.edits_cache_key}", {"edits": params.edits, "summary": params.summary})
         result = TaskResult(id=params.task_input.task.id, status=TASK_SUCCEEDED, commit=params.commit)
-        await self._land(params.task_input, result)
+        await submit_landing(params.task_input, result)
         return result.landing_op_id
-
-    async def _land(self, params: TaskInput, result: TaskResult) -> None:
-        """Hand the branch to the clone's GitBatchWorkflow (or the target's merge queue); it tells
-        the orchestrator when it lands."""
-        if params.queue is not None:
-            await submit_to_queue(params, result)
-            return
-        task = params.task
-        op = GitOp(
-            op_type="merge" if params.land == "merge" else "push",
-            branch=task.branch,
-            target=params.base if params.land == "merge" else "",
-            id=landing_op_id(params.run_key, task.id),
-            reply_to=params.reply_to,
-            message=f"Merge {task.id}: {task.scope}"[:200] if params.land == "merge" else "",
-            # A task branch belongs to taskfleet: a re-run replaces what an earlier run pushed.
-            force=params.land != "merge",
-            # The batcher fails the op unless the branch is still this task's commit when it lands.
-            expect_commit=result.commit,
-        )
-        config = GitBatchConfig(
-            repo=params.repo, remote=params.remote, max_batch_size=params.git_max_batch_size,
-            max_batch_age_seconds=params.git_max_batch_age_seconds,
-        )
-        client = activity.client()
-
-        async def start(options: dict) -> object:
-            return await client.start_workflow(
-                GIT_BATCH_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[op_payload(op)], **options
-            )
-
-        await with_start_options(start, config, params.git_task_queue)
-        result.landing_op_id = op.id
 
     async def _record_lesson(self, params: TaskInput, result: TaskResult) -> None:
         task = params.task
@@ -512,59 +367,3 @@ def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what
     result.failure_type = "timeout" if ran.timed_out else failure_type
     result.reason = f"{what} timed out after {timeout:g}s" if ran.timed_out else f"{what} exited with {ran.exit_code}"
     return True
-
-
-def _on_branch_at(worktree: Path, branch: str, commit: str) -> bool:
-    """Whether the worktree's HEAD is the branch and the branch is at `commit` (read from files)."""
-    try:
-        return head_branch(worktree) == branch and resolve(str(worktree), branch, None, required=False) == commit
-    except (OSError, RefWriteRefused, OpFailed):
-        return False
-
-
-def task_message(task_id: str, scope: str, run_key: str) -> str:
-    """A task commit's message, as `_commit` writes it with git: title, then the trailers."""
-    title = f"{task_id}: {scope}" if scope else task_id
-    return f"{title[:200]}\n\n{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}\n"
-
-
-async def _commit(
-    worktree: Path, task_id: str, scope: str, branch: str, base_commit: str, run_key: str,
-    heartbeat: Heartbeat = _nothing,
-) -> str:
-    """Commit what the executor staged onto the task's branch, wherever the executor left HEAD.
-
-    Executors (agents) may commit, switch or create branches: the task's work is the worktree's
-    content, on top of the executor's own commits when they build on the base. When HEAD is still
-    the task branch at the base, `git commit` makes it in one process; otherwise the commit is made
-    with plumbing (write-tree, commit-tree) and the task branch set to it. Either way the branch
-    that is pushed carries the task's work.
-    """
-    title = f"{task_id}: {scope}" if scope else task_id
-    message = ("-m", title[:200], "-m", f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}")
-    repo = Repo(worktree)
-    try:
-        env = commit_env(repo)
-    finally:
-        repo.close()
-    if _on_branch_at(worktree, branch, base_commit):
-        # The common case (the executor left HEAD on the task branch at the base): one `git commit`
-        # writes the tree, the commit and the branch. No hook runs (as with commit-tree) and the
-        # message is kept verbatim.
-        await git(worktree, "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "--allow-empty",
-                  "--cleanup=verbatim", *message, env=env, heartbeat=heartbeat)
-        return resolve(str(worktree), branch, None)
-    tree = await git(worktree, "write-tree", heartbeat=heartbeat)
-    head = (await git_run(worktree, "rev-parse", "--verify", "-q", "HEAD^{commit}")).out.strip()
-    parent = base_commit
-    if head and head != base_commit:
-        if (await git_run(worktree, "merge-base", "--is-ancestor", base_commit, head)).code != 0:
-            where = (await git_run(worktree, "symbolic-ref", "-q", "--short", "HEAD")).out.strip() or "a detached HEAD"
-            raise CommitRefused(
-                f"the executor left the worktree on {where} at {head[:12]}, which does not contain the base "
-                f"{base_commit[:12]}; nothing was committed on {branch}"
-            )
-        parent = head  # keep the executor's own commits
-    commit = await git(worktree, "commit-tree", tree, "-p", parent, *message, env=env)
-    await git(worktree, "update-ref", "-m", f"taskfleet: {task_id}", f"refs/heads/{branch}", commit)
-    return commit

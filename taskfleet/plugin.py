@@ -27,6 +27,7 @@ from taskfleet.activities.git_push import GitPushActivities
 from taskfleet.activities.judge import JudgeActivities
 from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
+from taskfleet.activities.llm_api import LLMApiActivities
 from taskfleet.activities.merge_queue import MergeQueueActivities
 from taskfleet.activities.plan import PlanActivities
 from taskfleet.activities.services.lessons_journals import lessons_index_for
@@ -37,6 +38,7 @@ from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using
 from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE
 from taskfleet.activities.pods.presence import WorkerPresence
 from taskfleet.activities.processes.process_trees import ProcessTreesUnavailable, Watchdog, detect
+from taskfleet.activities.run_checks import RunCheckActivities
 from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings
@@ -81,8 +83,10 @@ class WorkerServices:
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
+        self.run_checks = RunCheckActivities(settings)
         llm = LLMSettings()
         self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
+        self.llm_api = LLMApiActivities(llm)
         self.plans = PlanActivities(llm, self.lessons, self.templates)
         self.judges = JudgeActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
         self.boards = BoardStoreActivities()
@@ -99,9 +103,10 @@ class WorkerServices:
             self.lesson_activities.lessons_stats,
             self.tasks.run_task,
             self.tasks.land_task,
-            self.tasks.claim_branches,
-            self.tasks.check_task_env,
+            self.run_checks.claim_branches,
+            self.run_checks.check_task_env,
             *self.llm.activities(),
+            *self.llm_api.activities(),
             self.plans.prepare,
             *self.judges.activities(),
             self.boards.store_board,

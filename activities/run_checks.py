@@ -1,0 +1,69 @@
+"""What the orchestrator asks a worker before a run's tasks start: that the task branches are the
+run's own on the clone, and that this worker gives tasks the variables the board asks for. A
+refusal is non-retryable: it is about the board, not a passing fault of the worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from taskfleet.activities.git.branch_claims import BranchClaims, BranchesHeld, NotAClone
+from taskfleet.activities.pods.fence import Fence
+from taskfleet.activities.pods.lease import LeaseLock, NoWorker
+from taskfleet.activities.processes.executor_policy import task_env_problem
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from taskfleet.core.models.orchestrator import BranchClaim, TaskEnvCheck
+from taskfleet.core.names import ACTIVITY_CHECK_TASK_ENV, ACTIVITY_CLAIM_BRANCHES
+from taskfleet.core.settings import TaskfleetSettings
+
+
+def clone_lease(coordination_queue: str):
+    """The lease on a clone's claims folder, shared by every pod: one claimer at a time, writing
+    under a fencing token recorded beside the claims. Given back by signal: the claim's activity
+    need not wait for the lock to note it (the next claimer is granted once it has). One lock per
+    clone whatever queue the run is on: it runs on the coordination queue every worker polls."""
+
+    def hold(folder: Path):
+        lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30, task_queue=coordination_queue)
+        return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
+
+    return hold
+
+
+class RunCheckActivities:
+    def __init__(self, settings: TaskfleetSettings) -> None:
+        self.settings = settings
+        self.claims = BranchClaims()
+
+    @activity.defn(name=ACTIVITY_CLAIM_BRANCHES)
+    async def claim_branches(self, claim: BranchClaim) -> int:
+        """Refuse a run whose task branches another running run holds on this clone."""
+        client = activity.client()
+
+        async def is_running(workflow_id: str, first_run_id: str) -> bool:
+            try:
+                described = await client.get_workflow_handle(workflow_id).describe()
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return False
+                raise
+            info = described.raw_description.workflow_execution_info
+            return described.status == WorkflowExecutionStatus.RUNNING and info.first_run_id == first_run_id
+
+        lease = clone_lease(self.settings.coordination_task_queue)
+        try:
+            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), lease)
+        except (BranchesHeld, NotAClone) as err:
+            raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
+        except NoWorker as err:
+            raise ApplicationError(str(err), type="NoWorker", non_retryable=True) from None
+
+    @activity.defn(name=ACTIVITY_CHECK_TASK_ENV)
+    async def check_task_env(self, check: TaskEnvCheck) -> None:
+        """Refuse a board that asks for worker variables this worker does not give tasks (or lacks)."""
+        problem = task_env_problem(list(check.names)[:1000])
+        if problem:
+            raise ApplicationError(problem, type="EnvNotAllowed", non_retryable=True)

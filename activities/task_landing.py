@@ -1,0 +1,61 @@
+"""Handing a task's committed branch over to be landed.
+
+A task's activity never pushes: it submits one landing op to the clone's `GitBatchWorkflow` (or an
+entry to the target's merge queue), which tells the orchestrator once the branch lands. The op's id
+comes from the run and the task, so a retry submits the same op again and the batcher keeps one.
+"""
+
+from __future__ import annotations
+
+from taskfleet.activities.git.queue_entry import submit_to_queue
+from temporalio import activity
+
+from taskfleet.core.git_batch_start import op_payload, with_start_options
+from taskfleet.core.ids import landing_op_id
+from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
+from taskfleet.core.models.orchestrator import TaskInput, TaskResult
+from taskfleet.core.names import GIT_BATCH_WORKFLOW, SIGNAL_ENQUEUE
+
+
+def landing_op(params: TaskInput, commit: str) -> GitOp:
+    """The git op that lands the task's branch: a push of the branch, or a merge into the base."""
+    task = params.task
+    merge = params.land == "merge"
+    return GitOp(
+        op_type="merge" if merge else "push",
+        branch=task.branch,
+        target=params.base if merge else "",
+        id=landing_op_id(params.run_key, task.id),
+        reply_to=params.reply_to,
+        message=f"Merge {task.id}: {task.scope}"[:200] if merge else "",
+        # A task branch belongs to taskfleet: a re-run replaces what an earlier run pushed.
+        force=not merge,
+        # The batcher fails the op unless the branch is still this task's commit when it lands.
+        expect_commit=commit,
+    )
+
+
+def batcher_config(params: TaskInput) -> GitBatchConfig:
+    """The clone's git batcher as the run configured it (started with this if none runs yet)."""
+    return GitBatchConfig(
+        repo=params.repo, remote=params.remote, max_batch_size=params.git_max_batch_size,
+        max_batch_age_seconds=params.git_max_batch_age_seconds,
+    )
+
+
+async def submit_landing(params: TaskInput, result: TaskResult) -> None:
+    """Submit `result.commit` for landing and note the landing op's id on `result` (from an activity)."""
+    if params.queue is not None:
+        await submit_to_queue(params, result)
+        return
+    op = landing_op(params, result.commit)
+    config = batcher_config(params)
+    client = activity.client()
+
+    async def start(options: dict) -> object:
+        return await client.start_workflow(
+            GIT_BATCH_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[op_payload(op)], **options
+        )
+
+    await with_start_options(start, config, params.git_task_queue)
+    result.landing_op_id = op.id
