@@ -22,8 +22,11 @@ TREE_CACHE_ENTRIES = 4096
 
 def task_message(task_id: str, scope: str, run_key: str) -> str:
     """A task commit's message, as `commit_work` writes it with git: title, then the trailers."""
-    title = f"{task_id}: {scope}" if scope else task_id
-    return f"{title[:200]}\n\n{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}\n"
+    return f"{_title(task_id, scope)}\n\n{_trailers(task_id, run_key)}\n"
+
+
+def _title(task_id: str, scope: str) -> str:
+    return (f"{task_id}: {scope}" if scope else task_id)[:200]
 
 
 def _trailers(task_id: str, run_key: str) -> str:
@@ -59,8 +62,7 @@ async def commit_work(
     with plumbing (write-tree, commit-tree) and the task branch set to it. Either way the branch
     that is pushed carries the task's work.
     """
-    title = f"{task_id}: {scope}" if scope else task_id
-    message = ("-m", title[:200], "-m", _trailers(task_id, run_key))
+    message = ("-m", _title(task_id, scope), "-m", _trailers(task_id, run_key))
     env = _commit_env(worktree)
     if on_branch_at(worktree, branch, base_commit):
         # The common case (the executor left HEAD on the task branch at the base): one `git commit`
