@@ -18,6 +18,7 @@ class LandedListener:
 
     def __init__(self) -> None:
         self.got: list[OpOutcome] = []
+        self.batches: list[str] = []
 
     @workflow.run
     async def run(self) -> None:
@@ -26,10 +27,15 @@ class LandedListener:
     @workflow.signal(name="git_ops_landed")
     def landed(self, message: GitOpsLanded) -> None:
         self.got.extend(message.outcomes)
+        self.batches.append(message.batch_id)
 
     @workflow.query
     def outcomes(self) -> list[OpOutcome]:
         return self.got
+
+    @workflow.query
+    def batch_ids(self) -> list[str]:
+        return self.batches
 
 
 def batcher(client: Client, fx: GitRemoteFixture, task_queue: str, **config) -> GitBatcherClient:
@@ -71,6 +77,49 @@ async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue, git_r
     assert status.stats.pushes == 2
     assert [b.status for b in status.executed_batches] == ["completed", "completed"]
     assert all(o.status == "landed" for b in status.executed_batches for o in b.outcomes)
+
+
+async def test_listeners_hear_of_each_batch_in_order_while_the_next_push_runs(
+    client: Client, make_worker, task_queue, git_remote
+):
+    """Each op's `reply_to` gets `git_ops_landed` for its batch, in the order the batches ran; the
+    batcher schedules the next push in the same workflow task that sends those signals, so no
+    listener's round trip sits between two pushes."""
+    gb = batcher(client, git_remote, task_queue, max_batch_size=2)
+    listener_ids = [f"listener-{i}-{task_queue}" for i in range(2)]
+    for i in range(6):  # queued before a worker runs: the first workflow task cuts three batches
+        await gb.enqueue(commit_op(git_remote, f"told/{i}", op_id=f"told-{i}", reply_to=listener_ids[i % 2])[0])
+    async with make_worker(workflows=[LandedListener]):
+        listeners = [
+            await client.start_workflow(LandedListener.run, id=listener_id, task_queue=task_queue)
+            for listener_id in listener_ids
+        ]
+        status = await landed_ops(gb, 6)
+
+        async def all_told() -> list[list[str]]:
+            told = [await listener.query(LandedListener.batch_ids) for listener in listeners]
+            assert all(len(ids) == 3 for ids in told), told
+            return told
+
+        told = await eventually(all_told)
+        outcomes = [await listener.query(LandedListener.outcomes) for listener in listeners]
+        history = await gb.handle.fetch_history()
+        save_history("git_batcher_replies_in_background", history.to_json())
+    batch_order = [b.id for b in status.executed_batches]
+    assert told == [batch_order, batch_order]
+    assert [o.op_id for o in outcomes[0]] == ["told-0", "told-2", "told-4"]
+    assert [o.op_id for o in outcomes[1]] == ["told-1", "told-3", "told-5"]
+    assert all(o.status == "landed" for both in outcomes for o in both)
+    # The workflow task that sends a batch's signals also schedules the next push.
+    by_task: dict[int, set[str]] = {}
+    for event in history.events:
+        if event.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+            done = event.signal_external_workflow_execution_initiated_event_attributes.workflow_task_completed_event_id
+            by_task.setdefault(done, set()).add("signal")
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            done = event.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
+            by_task.setdefault(done, set()).add("push")
+    assert sum(1 for kinds in by_task.values() if kinds == {"signal", "push"}) == 2, by_task
 
 
 async def test_age_flush_lands_with_one_push(client: Client, make_worker, task_queue, git_remote):

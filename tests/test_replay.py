@@ -37,6 +37,7 @@ EXPECTED = {
     "orchestrator_env_checked",
     "orchestrator_env_refused",
     "git_batcher_enqueue_list",
+    "git_batcher_replies_in_background",
 }
 
 

@@ -30,6 +30,10 @@ Items (in the order a reader meets them):
   had no timeout) arms the age timer for that op; before, the lone op waited for the next message
   or a flush. Old path: the git batcher histories recorded before it (their idle waits have no
   timer). Marker: git_batcher_idle_arrival.
+- `git_batcher_replies_in_background`: a batcher sends a batch's `git_ops_landed` signals while
+  the next batch's push runs, all listeners at once; before, it waited for each signal's delivery,
+  one listener after another, before it scheduled the next push. Old path: none recorded (the
+  histories before it have no listener). Marker: git_batcher_replies_in_background.
 - `llm_batcher_continues_between_steps`: the Claude batcher stops between two flushes or polls when
   continue-as-new is due, instead of finishing the loop first. Old path and marker: none recorded.
 - `llm_task_reports_stages`: a Claude task signals its stage (`task_stage`) to the orchestrator.
@@ -86,6 +90,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_DEFAULT_BASE,
         PATCH_LOCAL_RECORD,
         PATCH_PREFIXED_ACTIVITIES,
+        PATCH_REPLIES_IN_BACKGROUND,
         PATCH_RESULT_FROM_MEMORY,
         PATCH_RUN_KEY_FIRST_RUN,
         PATCH_TASK_ENV_CHECK,
@@ -107,6 +112,10 @@ def git_batcher_continues_under_load() -> bool:
 
 def git_batcher_times_an_op_on_arrival() -> bool:
     return workflow.patched(PATCH_AGE_TIMER_ON_ARRIVAL)
+
+
+def git_batcher_replies_in_background() -> bool:
+    return workflow.patched(PATCH_REPLIES_IN_BACKGROUND)
 
 
 def llm_batcher_continues_between_steps() -> bool:

@@ -18,7 +18,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Optional
 
-from taskfleet.workflows.compat import git_batcher_continues_under_load, git_batcher_times_an_op_on_arrival
+from taskfleet.workflows.compat import (
+    git_batcher_continues_under_load,
+    git_batcher_replies_in_background,
+    git_batcher_times_an_op_on_arrival,
+)
 from taskfleet.workflows.git_batcher_batches import BatchingMixin
 from taskfleet.workflows.git_batcher_carry import compact_for_carry
 from taskfleet.workflows.git_batcher_intake import (
@@ -92,6 +96,7 @@ class GitBatchWorkflow(BatchingMixin):
         self._waits = BatchWaits()
         self._draining = False
         self._replies = Replies(self.config.repo, self.config.remote)
+        self._replies_in_background = False  # decided when the run starts
         self._held = HeldOps()
         for op in self._held_ops():
             self._seen.add(op.id)
@@ -114,6 +119,7 @@ class GitBatchWorkflow(BatchingMixin):
         )
         self._refresh_details()
         rearm_on_arrival = git_batcher_times_an_op_on_arrival()
+        self._replies_in_background = git_batcher_replies_in_background()
         while True:
             due_in = self._until_oldest_is_due()  # None: nothing queued, no timer
             try:
@@ -138,6 +144,7 @@ class GitBatchWorkflow(BatchingMixin):
                     await self._drain_and_continue_as_new()
                 await self._execute(self.s.pending_batches[0])
             if self._should_continue_as_new():
+                await self._replies.settle()
                 # Updates (flush_now, retry) wait on batches this loop runs: keep running them
                 # until every handler has returned, then hand the state to the next run.
                 await workflow.wait_condition(
@@ -169,6 +176,7 @@ class GitBatchWorkflow(BatchingMixin):
             await workflow.wait_condition(lambda: workflow.all_handlers_finished() or awaited_pending())
             if workflow.all_handlers_finished() and not awaited_pending():
                 break
+        await self._replies.settle()
         await self._replies.send_notices()
         self.s.runs += 1
         compact_for_carry(self.s)

@@ -72,6 +72,7 @@ class BatchingMixin:
     _held: HeldOps
     _replies: Replies
     _waits: BatchWaits
+    _replies_in_background: bool
 
     def _oldest_age_seconds(self) -> float:
         if not self.s.queue:
@@ -174,7 +175,10 @@ class BatchingMixin:
             self.s.executed_batches = (self.s.executed_batches + [batch])[-RECENT_BATCHES:]
         self._waits.finish(batch)
         self._refresh_details()
-        await self._replies.notify(batch)
+        if self._replies_in_background:
+            self._replies.send_in_background(batch)
+        else:
+            await self._replies.notify(batch)
 
     def _count(self, result: PushBatchOutput) -> None:
         stats = self.s.stats

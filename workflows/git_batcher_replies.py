@@ -2,13 +2,19 @@
 
 Every op may name a `reply_to` workflow: once its batch has run (or the op was refused), that
 workflow gets signal `git_ops_landed` with the outcomes of its ops, one signal per listener per
-batch; a listener that is gone never blocks the batcher. The `flush_now` and `retry` updates
-wait for the run of their batches that ends after the call, and get those batches' result.
+batch; a listener that is gone never blocks the batcher. The signals of a batch leave in the workflow
+task that finished it, beside the next batch's push, so a listener's round trip never sits between
+two pushes; a batch's signals leave only after the previous batch's were delivered, so a listener
+hears of its ops in the order the batches ran. The `flush_now` and `retry` updates wait for the run
+of their batches that ends after the call, and get those batches' result.
 
 Used by `GitBatchWorkflow` (workflows/git_batcher.py), which owns one `Replies` and one `BatchWaits`.
 """
 
 from __future__ import annotations
+
+import asyncio
+from typing import Optional
 
 from temporalio import workflow
 
@@ -32,6 +38,8 @@ class Replies:
         self.remote = remote
         # Refused ops whose sender named a `reply_to`: told at once, so no caller waits for nothing.
         self._notices: list[tuple[str, OpOutcome]] = []
+        # The latest batch's signals while they are on their way (`send_in_background`).
+        self._sending: Optional[asyncio.Task[None]] = None
 
     @property
     def pending(self) -> bool:
@@ -50,22 +58,51 @@ class Replies:
             await self._signal_outcomes("", by_listener)
 
     async def notify(self, batch: GitBatch) -> None:
-        """Signal `git_ops_landed` to every op's `reply_to`; a vanished listener never blocks us."""
-        by_listener: dict[str, list[OpOutcome]] = {}
-        reply_to = {op.id: op.reply_to for op in batch.ops}
-        for outcome in batch.outcomes:
-            listener = reply_to.get(outcome.op_id)
-            if listener:
-                by_listener.setdefault(listener, []).append(outcome)
-        await self._signal_outcomes(batch.id, by_listener)
+        """Signal `git_ops_landed` to every op's `reply_to`, one listener after another (the way of
+        runs started before `send_in_background`); a vanished listener never blocks us."""
+        await self._signal_outcomes(batch.id, _by_listener(batch))
+
+    def send_in_background(self, batch: GitBatch) -> None:
+        """Start signalling the batch's listeners, all at once, and return: the caller runs the
+        next batch meanwhile. Call `settle` before the run ends."""
+        previous = self._sending
+        by_listener = _by_listener(batch)
+
+        async def send() -> None:
+            if previous is not None:
+                await previous
+            await asyncio.gather(
+                *(self._signal(listener, batch.id, outcomes) for listener, outcomes in by_listener.items())
+            )
+
+        self._sending = asyncio.create_task(send())
+
+    async def settle(self) -> None:
+        """Wait until the signals started by `send_in_background` are delivered (or given up)."""
+        if self._sending is not None and not self._sending.done():
+            await self._sending
 
     async def _signal_outcomes(self, batch_id: str, by_listener: dict[str, list[OpOutcome]]) -> None:
         for listener, outcomes in by_listener.items():
-            message = GitOpsLanded(batch_id, self.repo, self.remote, outcomes)
-            try:
-                await workflow.get_external_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message)
-            except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
-                workflow.logger.warning("could not tell %s about %s: %s", listener, batch_id or "a refused op", err)
+            await self._signal(listener, batch_id, outcomes)
+
+    async def _signal(self, listener: str, batch_id: str, outcomes: list[OpOutcome]) -> None:
+        message = GitOpsLanded(batch_id, self.repo, self.remote, outcomes)
+        try:
+            await workflow.get_external_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message)
+        except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
+            workflow.logger.warning("could not tell %s about %s: %s", listener, batch_id or "a refused op", err)
+
+
+def _by_listener(batch: GitBatch) -> dict[str, list[OpOutcome]]:
+    """The batch's outcomes grouped by the `reply_to` of their ops (ops without one are left out)."""
+    by_listener: dict[str, list[OpOutcome]] = {}
+    reply_to = {op.id: op.reply_to for op in batch.ops}
+    for outcome in batch.outcomes:
+        listener = reply_to.get(outcome.op_id)
+        if listener:
+            by_listener.setdefault(listener, []).append(outcome)
+    return by_listener
 
 
 class BatchWaits:

@@ -128,3 +128,6 @@ PATCH_CAN_UNDER_LOAD = "git-batcher-continue-as-new-under-load"
 PATCH_CAN_BETWEEN_STEPS = "llm-batcher-continue-as-new-between-steps"
 # An op reaching an idle git batcher (nothing queued, so no age timer) arms the timer for its age.
 PATCH_AGE_TIMER_ON_ARRIVAL = "git-batcher-age-timer-on-arrival"
+# A git batcher sends a batch's `git_ops_landed` signals while the next batch runs (before, it
+# waited for their delivery before it scheduled the next push).
+PATCH_REPLIES_IN_BACKGROUND = "git-batcher-replies-in-background"
