@@ -9,11 +9,11 @@ the SDK); nothing secret enters a payload, a log line or an error message.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -43,9 +43,21 @@ from taskfleet.core.names import (
     SIGNAL_LLM_SUBMIT,
 )
 
+if TYPE_CHECKING:
+    import anthropic
+
 # A batch this much older than its flush cannot be the flush's (clocks of worker and API may differ).
 CLOCK_SKEW = timedelta(minutes=10)
 RETRYABLE_STATUS = {408, 409, 429}
+
+
+def sdk() -> Any:
+    """The `anthropic` SDK, imported on first use. Importing it takes over a second of CPU, which
+    every worker start (and every worker process a test or a pod starts) would pay, though a worker
+    whose boards never call Claude never needs it."""
+    import anthropic
+
+    return anthropic
 
 
 def _api_error_message(err: anthropic.APIStatusError) -> str:
@@ -57,7 +69,7 @@ def _api_error_message(err: anthropic.APIStatusError) -> str:
 
 def _raise_api(err: Exception, what: str) -> None:
     """An API failure as an ApplicationError: retryable unless the API refused the request itself."""
-    if isinstance(err, anthropic.APIStatusError):
+    if isinstance(err, sdk().APIStatusError):
         retryable = err.status_code in RETRYABLE_STATUS or err.status_code >= 500
         raise ApplicationError(f"{what}: {_api_error_message(err)}", type="AnthropicAPIError",
                                non_retryable=not retryable) from None
@@ -83,6 +95,12 @@ class LLMApiActivities:
     def activities(self) -> list[Any]:
         return [self.submit, self.call_direct, self.create_batch, self.poll_batch, self.deliver_results]
 
+    async def preload(self) -> None:
+        """Import the SDK now, off the event loop, if this worker is set up to call Claude: its first
+        request should not stall the worker's other activities for the import."""
+        if os.environ.get("ANTHROPIC_API_KEY"):
+            await asyncio.to_thread(sdk)
+
     def client(self) -> anthropic.AsyncAnthropic:
         """One SDK client per worker, rebuilt if the environment changed (the SDK reads it)."""
         env = (os.environ.get("ANTHROPIC_BASE_URL", ""), os.environ.get("ANTHROPIC_API_KEY", ""))
@@ -90,7 +108,7 @@ class LLMApiActivities:
             if not env[1]:
                 raise ApplicationError("ANTHROPIC_API_KEY is not set in the worker's environment",
                                        type="AnthropicNotConfigured", non_retryable=True)
-            self._client = anthropic.AsyncAnthropic(max_retries=self.llm.sdk_max_retries)
+            self._client = sdk().AsyncAnthropic(max_retries=self.llm.sdk_max_retries)
             self._client_env = env
         return self._client
 
@@ -108,11 +126,11 @@ class LLMApiActivities:
         """One `messages.create` (llm_batch = false). A request the API refuses is an `errored` reply."""
         try:
             message = await self.client().messages.create(**params.params)
-        except anthropic.APIStatusError as err:
+        except sdk().APIStatusError as err:
             if err.status_code in RETRYABLE_STATUS or err.status_code >= 500:
                 _raise_api(err, "messages.create")
             return LLMReply(custom_id=params.custom_id, type=REPLY_ERRORED, error=_api_error_message(err))
-        except anthropic.APIError as err:
+        except sdk().APIError as err:
             _raise_api(err, "messages.create")
         data = message.to_dict()
         return LLMReply(custom_id=params.custom_id, type=REPLY_SUCCEEDED, message=data, usage=usage_of(data))
@@ -131,7 +149,7 @@ class LLMApiActivities:
             # No SDK retry here: a timed-out create may have succeeded; the next attempt looks first.
             once = client.with_options(max_retries=0, timeout=max(self.llm.api_timeout_seconds - 5, 5))
             batch = await once.messages.batches.create(requests=params.requests)
-        except anthropic.APIError as err:
+        except sdk().APIError as err:
             _raise_api(err, "messages.batches.create")
         return CreateBatchOutput(batch_id=batch.id)
 
@@ -141,7 +159,7 @@ class LLMApiActivities:
         pick shows up as missing results (failed attempts), never as another task's edits."""
         try:
             page = await client.messages.batches.list(limit=100)
-        except anthropic.APIError as err:
+        except sdk().APIError as err:
             _raise_api(err, "messages.batches.list")
         since = datetime.fromisoformat(params.cut_at) - CLOCK_SKEW
         known = set(params.known_batch_ids)
@@ -158,7 +176,7 @@ class LLMApiActivities:
     async def poll_batch(self, batch_id: str) -> PollBatchOutput:
         try:
             batch = await self.client().messages.batches.retrieve(batch_id)
-        except anthropic.APIError as err:
+        except sdk().APIError as err:
             _raise_api(err, f"messages.batches.retrieve {batch_id}")
         return PollBatchOutput(batch_id=batch.id, processing_status=batch.processing_status,
                                request_counts=batch.request_counts.to_dict())
@@ -187,7 +205,7 @@ class LLMApiActivities:
                 seen.add(custom_id)
                 out.delivered += 1
                 activity.heartbeat(out.delivered)
-        except anthropic.APIError as err:
+        except sdk().APIError as err:
             _raise_api(err, f"messages.batches.results {params.batch_id}")
         for custom_id in params.custom_ids:
             if custom_id not in seen:

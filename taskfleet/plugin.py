@@ -128,6 +128,7 @@ class WorkerServices:
                 stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10],
             )
         await asyncio.to_thread(self.result_cache.open)
+        await self.llm_api.preload()
         stale = await asyncio.to_thread(self.tasks.prune_stale)
         await asyncio.to_thread(self.tasks.scratch.prune_stale)
         if stale:
