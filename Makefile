@@ -18,9 +18,11 @@ demo: $(STAMP)
 
 # Test files spread over TEST_WORKERS processes (pytest-xdist), each with its own dev server: the
 # tests mostly wait on servers, workers and git, so three share 2 cores well. TEST_WORKERS=0: serial.
+# Files go out in collection order, where tests/conftest.py puts the `heavy` ones first (xdist's own
+# order, most tests first, would start the longest files, which hold few tests, last).
 TEST_WORKERS ?= 3
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The unit tests and one end-to-end path per workflow (the `smoke` marker), for the edit-test loop;
 # tests that need the session's dev server or start servers, workers and builds of their own are left

@@ -42,10 +42,17 @@ for _key, _value in {
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that needs the dev server, so `make test-fast` can leave those out but its
-    `smoke` paths (`-m "not server and not slow or smoke"`)."""
+    `smoke` paths (`-m "not server and not slow or smoke"`); and put the files marked `heavy` first.
+
+    `make test` hands files to its processes in collection order (`--dist loadfile
+    --no-loadscope-reorder`): a long file started last would run on alone after the others are done,
+    so the longest start first and the many short ones fill in around them.
+    """
     for item in items:
         if "env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
+    heavy_files = {item.path for item in items if item.get_closest_marker("heavy")}
+    items.sort(key=lambda item: item.path not in heavy_files)  # stable: file and test order kept
 
 
 @pytest.fixture(scope="session")

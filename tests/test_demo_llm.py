@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import git
 from tests.user_cli import taskfleet
+
+pytestmark = pytest.mark.heavy  # one of the longest files: `make test` starts it first
 
 
 async def test_the_llm_demo_implements_judges_revises_once_and_lands_offline(server_address, tmp_path: Path):

@@ -23,7 +23,7 @@ from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import GitRemoteFixture, eventually, git
 
-pytestmark = pytest.mark.slow  # streams ops through continue-as-new on a server of its own
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # streams ops through continue-as-new on a server of its own
 
 CLIENTS = 5
 OPS_PER_CLIENT = 300

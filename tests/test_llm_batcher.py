@@ -22,6 +22,8 @@ from tests.conftest import WorkerProcess, eventually
 from tests.llm_support import FAST_POLLS, standin_env
 from tests.test_llm_tasks import assert_landed, llm_board
 
+pytestmark = pytest.mark.heavy  # one of the longest files: `make test` starts it first
+
 @pytest.fixture
 def standin() -> Iterator[StandIn]:
     with standin_env() as server:

@@ -22,6 +22,9 @@ from taskfleet.testing.standin import FAKE_API_KEY
 from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import payload_text, standin_env
 
+pytestmark = pytest.mark.heavy  # one of the longest files: `make test` starts it first
+
+
 @pytest.fixture
 def standin() -> Iterator[StandIn]:
     with standin_env() as server:

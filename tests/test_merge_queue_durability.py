@@ -14,7 +14,7 @@ from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, sav
 from tests.test_merge_queue import decided
 from tests.test_worker_process import free_port
 
-pytestmark = pytest.mark.slow  # kills workers of its own mid-verify and mid-push
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # kills workers of its own mid-verify and mid-push
 
 
 def merges_of(fx: GitRemoteFixture, entry_id: str) -> int:

@@ -16,7 +16,7 @@ from taskfleet.core.models.lessons import LessonsAnswer
 from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
 from tests.conftest import ROOT, WorkerProcess, eventually, python_cmd
 
-pytestmark = pytest.mark.slow  # starts worker processes of its own
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # starts worker processes of its own
 
 
 def free_port() -> int:
