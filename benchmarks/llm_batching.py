@@ -3,7 +3,7 @@ delay, so the wall time is all taskfleet's own: workflows, activities, worktrees
 commits, landing). Reports API calls each way and wall time per request (tasks run all at once, so
 this is amortized overhead, not one request's latency). Batches hold at most 100 requests (the
 default `llm_batch_max_size`), and `max_parallel` = N so every task is queued at once: a task
-waiting for its batch holds an orchestrator slot but no worker. Prints JSON. `--quick`: 3 and 30.
+waiting for its batch holds an orchestrator slot but no worker. Prints JSON. `--quick`: 3 and 10.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ async def run_case(client, standin: StandIn, repo: Path, n: int, batched: bool) 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="3 and 30 tasks only")
+    parser.add_argument("--quick", action="store_true", help="3 and 10 tasks only")
     args = parser.parse_args()
-    sizes = [3, 30] if args.quick else [3, 30, 300]
+    sizes = [3, 10] if args.quick else [3, 30, 300]
     with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp, StandIn() as standin:
         os.environ.update({**standin.env(), "TASKFLEET_LLM_POLL_INITIAL_SECONDS": "0.05",
                            "TASKFLEET_LLM_POLL_MAX_SECONDS": "0.5"})

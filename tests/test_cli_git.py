@@ -26,8 +26,11 @@ async def test_cli_enqueue_flush_status(server_address, task_queue, make_worker,
     wt = fx.worktree("cli/one")
     fx.change(wt, "one.txt", "one\n")
     async with make_worker():
+        # Started with a long batch age, so the explicit flush below is what lands the op (on a busy
+        # machine the CLI starts between enqueue and flush can outlast the default 5 s).
         sent = await taskfleet(server_address, task_queue, "git", "enqueue", *repo, "--op-type", "commit",
-                         "--branch", "cli/one", "--message", "from the cli", "--worktree", str(wt), "--id", "cli-1")
+                               "--branch", "cli/one", "--message", "from the cli", "--worktree", str(wt),
+                               "--id", "cli-1", "--max-batch-age-seconds", "600")
         assert sent.returncode == 0, sent.stderr
         assert git_batch_workflow_id(str(fx.clone), "origin", task_queue) in sent.stdout
 
