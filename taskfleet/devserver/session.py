@@ -24,13 +24,24 @@ class ServerSession:
     started_here: bool
 
 
+# What the server logs when another server still has its SQLite file open.
+DATABASE_BUSY = "database is locked"
+
+
 async def _wait_until_answering(
     server: DevServer, config: dict[str, Any], runtime: Runtime | None, timeout: float
 ) -> Client:
+    """The client once the server we started answers. A server that exited because its database is
+    still held is started again until `timeout`: after a worker is killed, the server it started
+    gets SIGTERM as it dies and may still be closing the file when the worker's replacement starts."""
     deadline = time.monotonic() + timeout
     last_error = ""
     while time.monotonic() < deadline:
         died = server.exited_early()
+        if died is not None and DATABASE_BUSY in died and time.monotonic() + 1.0 < deadline:
+            await asyncio.sleep(0.5)  # the other server is shutting down; not test synchronization
+            server.start()
+            continue
         if died is not None:
             raise StartupError(f"the dev server exited at start: {died}")
         try:
