@@ -16,8 +16,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/taskfleet demo
 
-# Test files spread over TEST_WORKERS processes (pytest-xdist), each with its own dev server: the
-# tests mostly wait on servers, workers and git, so three share 2 cores well. TEST_WORKERS=0: serial.
+# Test files spread over TEST_WORKERS processes (pytest-xdist), each with its own dev server. The
+# suite is CPU-bound on 2 cores: three processes keep both busy, four only contend (measured slower).
+# TEST_WORKERS=0: serial.
 # Files go out in collection order, where tests/conftest.py puts the `heavy` ones first (xdist's own
 # order, most tests first, would start the longest files, which hold few tests, last).
 TEST_WORKERS ?= 3

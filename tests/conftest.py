@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -180,6 +181,13 @@ def save_history(name: str, history_json: str) -> None:
             if not candidate.exists():
                 candidate.write_text(history_json)
                 return
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a server a test starts itself."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def kill_process_group(proc: subprocess.Popen, out: IO) -> None:

@@ -5,7 +5,6 @@ replacement starts: it is started again until the file is free, not reported as 
 from __future__ import annotations
 
 import asyncio
-import socket
 import sqlite3
 from pathlib import Path
 
@@ -13,15 +12,9 @@ import pytest
 
 from taskfleet.clients.connection import load_connect_config
 from taskfleet.devserver.session import DATABASE_BUSY, dev_server_session
-from tests.conftest import eventually
+from tests.conftest import eventually, free_port
 
 pytestmark = pytest.mark.slow  # starts a server of its own
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def test_a_server_whose_database_is_held_starts_once_it_is_released(tmp_path: Path):

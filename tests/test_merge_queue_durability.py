@@ -10,9 +10,8 @@ from temporalio.client import Client
 
 from taskfleet.clients.merge_queue import MergeQueueClient
 from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
-from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, save_history
+from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, free_port, git, save_history
 from tests.test_merge_queue import decided
-from tests.test_worker_process import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # kills workers of its own mid-verify and mid-push
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import uuid
@@ -28,16 +27,10 @@ from taskfleet.core.search_attributes import ALL, is_unknown_search_attribute
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
-from tests.conftest import GitRemoteFixture, eventually
+from tests.conftest import GitRemoteFixture, eventually, free_port
 from tests.user_cli import assert_one_line_refusal, taskfleet
 
 BOARD = 'name = "plain"\nrun = "true"\nverify = "true"\n[[tasks]]\nid = "P1"\n[[tasks]]\nid = "P2"\n'
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -9,33 +9,26 @@ the same port; the worker is a process that stays up across the restart, as a fl
 from __future__ import annotations
 
 import asyncio
-import socket
 import statistics
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from taskfleet.activities.git.branch_claims import claims_dir
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
-from taskfleet.activities.git.branch_claims import claims_dir
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.core.search_attributes import dev_server_flags
 from taskfleet.devserver.server import find_temporal_cli
-from tests.conftest import GitRemoteFixture, WorkerProcess, eventually
+from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, free_port
 
 pytestmark = pytest.mark.slow  # starts and restarts a server of its own
 
 WRITE = 'echo "$TASKFLEET_TASK_ID" > "$TASKFLEET_TASK_ID.txt"'
 BOARDS_BEFORE = 12
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class InMemoryServer:

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,7 +21,7 @@ import pytest
 from temporalio.client import Client
 
 from taskfleet.clients.pollers import workflow_pollers
-from tests.conftest import ROOT, GitRemoteFixture, eventually
+from tests.conftest import ROOT, GitRemoteFixture, eventually, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # builds the wheel and installs it in a fresh venv
 
@@ -206,12 +205,6 @@ async def test_a_board_lands_from_a_user_project_with_default_settings(
         assert git_remote.remote_ref("task/W2")
     finally:
         await worker.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def test_the_demo_from_the_wheel_finds_its_board_and_seed_repo(wheel_and_venv, tmp_path: Path):

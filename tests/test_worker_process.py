@@ -14,15 +14,9 @@ from temporalio.client import Client
 from taskfleet.clients.connection import port_is_open
 from taskfleet.core.models.lessons import LessonsAnswer
 from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
-from tests.conftest import ROOT, WorkerProcess, eventually, python_cmd
+from tests.conftest import ROOT, WorkerProcess, eventually, free_port, python_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # starts worker processes of its own
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def processes_mentioning(text: str) -> list[str]:
