@@ -123,11 +123,14 @@ def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0, variable: 
     seconds have passed (a process may fork as it dies); how many were signalled. With `grace`,
     SIGTERM first and SIGKILL only for what is still there `grace` seconds later: a git process
     (a detached `gc --auto`, say) then removes its lock and temporary files as it goes."""
-    signalled: set[int] = set()
+    signalled: dict[int, str] = {}  # pid -> its start time, so a reused pid is not waited on
     started = time.monotonic()
     looks_again = 5  # passes more while only processes in the middle of an exec were seen
     while time.monotonic() - started < wait:
         pids, unsure = _scan(tokens, variable)
+        if not pids and _dying(signalled):
+            time.sleep(0.005)
+            continue
         if not pids:
             if not unsure:
                 break
@@ -143,11 +146,27 @@ def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0, variable: 
                 continue
             try:
                 os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
-                signalled.add(pid)
+                signalled.setdefault(pid, _start_time(pid))
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.02)
     return len(signalled)
+
+
+def _start_time(pid: int) -> str:
+    """When the process started (clock ticks since boot, from /proc/<pid>/stat), or ""."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _dying(signalled: dict[int, str]) -> bool:
+    """Whether a process we signalled is still on its way out. A dying process drops its memory
+    before its files, so for a moment its environment reads empty (no token: `_scan` no longer
+    sees it) while it still holds its files, and with them its locks. It is gone once it is a
+    zombie or has left; only then may a retry start."""
+    return any(process_alive(pid) and _start_time(pid) == since for pid, since in signalled.items())
 
 
 def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
