@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from taskfleet.clients.git_batcher import GitBatcherClient
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
+from taskfleet.core.names import GIT_BATCH_WORKFLOW
 from tests.conftest import (
     GitRemoteFixture,
     WorkerProcess,
@@ -147,7 +152,6 @@ async def test_flush_now_callers_are_handed_over_across_continue_as_new(
 ):
     """Updates that wait on batches (`flush_now`) while the batcher keeps continuing as new: each
     call returns a real result (refused ones are sent again by the client), every op lands once."""
-    import asyncio
 
     fx = git_remote
     ops = fx.commit_ops("handover", 18)
@@ -168,3 +172,49 @@ async def test_flush_now_callers_are_handed_over_across_continue_as_new(
     assert status.runs > 1, "the workflow never continued as new"
     assert status.stats.failed_ops == 0 and status.stats.total_ops == len(ops)
     assert_each_landed_once(fx, ops)
+
+
+@workflow.defn(name=GIT_BATCH_WORKFLOW)
+class FailingTaskBatcher:
+    """A worker whose batcher code fails every workflow task (a bad deploy, a stalled worker)."""
+
+    @workflow.run
+    async def run(self, *args: Any) -> None:
+        raise RuntimeError("this worker's batcher fails its workflow tasks")
+
+
+async def failed_attempts(gb: GitBatcherClient) -> int:
+    """The attempt number of the batcher's pending workflow task (each failed attempt adds one)."""
+    described = await gb.handle.describe()
+    return described.raw_description.pending_workflow_task.attempt
+
+
+async def test_a_flush_sent_while_the_batchers_task_fails_waits_for_a_worker_that_runs_it(
+    client: Client, make_worker, task_queue: str, git_remote: GitRemoteFixture
+):
+    """After a failed workflow task the server refuses updates until a task completes; the client
+    sends its `flush_now` again under the same update id, and a worker with sound code answers it
+    once, with the op landed (a new id would find the batch already cut by the first send)."""
+    fx = git_remote
+    (op,) = fx.commit_ops("not-ready", 1)
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(fx.clone), max_batch_age_seconds=3600), task_queue)
+    async with Worker(client, task_queue=task_queue, workflows=[FailingTaskBatcher],
+                      workflow_runner=UnsandboxedWorkflowRunner()):
+        await gb.enqueue(op)
+
+        async def task_failed() -> None:
+            events = [e async for e in gb.handle.fetch_history_events()]
+            assert any(e.HasField("workflow_task_failed_event_attributes") for e in events), "no failed task yet"
+
+        await eventually(task_failed)
+        before = await failed_attempts(gb)
+        flushing = asyncio.create_task(gb.flush_now())
+
+        async def update_met_failing_tasks() -> None:
+            assert await failed_attempts(gb) >= before + 1, "the failing task has not run again yet"
+
+        await eventually(update_met_failing_tasks, timeout=60)
+    async with make_worker():
+        result = await asyncio.wait_for(flushing, 60)
+    assert [(o.op_id, o.status) for o in result.outcomes] == [(op.id, "landed")]
+    assert_each_landed_once(fx, [op])

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import time
+import uuid
 from typing import Any
 
 from temporalio.client import (
@@ -15,6 +16,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.core.git_batch_start import op_payload, with_start_options
 from taskfleet.core.ids import git_batch_workflow_id as _pure_workflow_id
@@ -127,16 +129,23 @@ class GitBatcherClient:
         return await self._waiting_update(UPDATE_RETRY, batch_id)
 
     async def _waiting_update(self, name: str, *args: Any, timeout: float = 120.0) -> BatchResult:
-        """An update that waits on a batch. While the batcher is handing its state to its next run it
-        refuses these (type `ContinuingAsNew`) rather than leave them unfinished: send again."""
+        """An update that waits on a batch, sent again while the batcher cannot take it yet: while it
+        hands its state to its next run it refuses these (type `ContinuingAsNew`) rather than leave
+        them unfinished, and after a failed workflow task (a worker that died or stalled mid-task)
+        the server refuses updates until a task completes (`WorkflowNotReadyFailure`). Every send
+        carries the same update id: one the server took in spite of the refusal is answered once."""
         deadline = time.monotonic() + timeout
+        update_id = str(uuid.uuid4())
         while True:
             try:
-                return await self.handle.execute_update(name, args=list(args), result_type=BatchResult)
+                return await self.handle.execute_update(name, args=list(args), id=update_id, result_type=BatchResult)
             except WorkflowUpdateFailedError as err:
                 cause = err.cause
                 busy = isinstance(cause, ApplicationError) and cause.type == CONTINUING_AS_NEW
                 if not busy or time.monotonic() > deadline:
+                    raise
+            except RPCError as err:
+                if not _workflow_not_ready(err) or time.monotonic() > deadline:
                     raise
             await asyncio.sleep(0.2)
 
@@ -145,3 +154,10 @@ class GitBatcherClient:
 
     async def stats(self) -> GitBatchStats:
         return await self.handle.query(QUERY_STATS, result_type=GitBatchStats)
+
+
+def _workflow_not_ready(err: RPCError) -> bool:
+    """The server's answer to an update while the workflow's last task failed: retryable."""
+    return err.status == RPCStatusCode.FAILED_PRECONDITION and any(
+        detail.type_url.endswith("WorkflowNotReadyFailure") for detail in err.grpc_status.details
+    )
