@@ -110,11 +110,12 @@ async def main() -> None:
     parser.add_argument("--max-batch", type=int, default=8, help="B: the queue's max_batch (its first window)")
     parser.add_argument("--verify-seconds", type=float, default=0.95, help="sleep in the verify command (~1 s in all)")
     parser.add_argument("--culprits", type=int, action="append", help="k (repeatable; default 0, 1 and 3)")
-    parser.add_argument("--quick", action="store_true", help="10 entries, B 4, a 0.1 s verify, k 0 and 1: seconds")
+    parser.add_argument("--quick", action="store_true",
+                        help="8 entries, B 4, a 0.1 s verify, k 1 (a green batch and a bisected one): seconds")
     args = parser.parse_args()
     if args.quick:
-        args.entries, args.max_batch, args.verify_seconds = 10, 4, 0.1
-        args.culprits = args.culprits or [0, 1]
+        args.entries, args.max_batch, args.verify_seconds = 8, 4, 0.1
+        args.culprits = args.culprits or [1]
     n, b = args.entries, args.max_batch
     figures: dict = {"quick": args.quick, "entries": n, "max_batch": b, "verify_sleep_seconds": args.verify_seconds}
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@ every run, the worker's and the CLI's peak RSS, and how many outcomes `run --jso
 within 1.5x of the smallest; no payload over 256 KB. Prints JSON.
 
     python benchmarks/scale.py            # 1k, 10k, 100k (about 20 minutes here)
-    python benchmarks/scale.py --quick    # 100, 500 (seconds; `make test` runs it)
+    python benchmarks/scale.py --quick    # 50, 250 (seconds; `make test` runs it)
     python benchmarks/scale.py --sizes 2000 20000
 """
 
@@ -98,11 +98,11 @@ async def run_size(client, address: str, clone: Path, work: Path, n: int, max_pa
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="small sizes only (100, 500)")
+    parser.add_argument("--quick", action="store_true", help="small sizes only (50, 250)")
     parser.add_argument("--sizes", type=int, nargs="*", help="board sizes to run (default 1000 10000 100000)")
     parser.add_argument("--max-parallel", type=int, default=200)
     args = parser.parse_args()
-    sizes = args.sizes or ([100, 500] if args.quick else [1000, 10_000, 100_000])
+    sizes = args.sizes or ([50, 250] if args.quick else [1000, 10_000, 100_000])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         fx = make_git_remote(work / "git")
