@@ -24,15 +24,13 @@ TASKS = 20_000
 async def test_20000_tasks_run_with_every_payload_small_and_a_bad_task_on_page_7_fails_alone(
     client, server_address, task_queue, git_remote, tmp_path
 ):
-    # No verification: the test is about the orchestrator's state, and a second process per task
-    # would be 20,000 more processes (about a minute of CPU) proving nothing more here.
-    clean = store_board_file(write_noop_board(tmp_path / "clean.toml", TASKS, verify=None), str(git_remote.clone)).reference
+    clean = store_board_file(write_noop_board(tmp_path / "clean.toml", TASKS), str(git_remote.clone)).reference
     BAD = page_starts(str(git_remote.clone), clean.board_id, 7)[6] + 17  # a task on page 7 of the run's pages
-    path = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=200, bad_rows={BAD: "run = 5"}, verify=None)
+    path = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=200, bad_rows={BAD: "run = 5"})
     stored = store_board_file(path, str(git_remote.clone))
     # The worker as users run it, in its own process (not sharing this test's event loop). Its task
-    # processes die with it by process group: a PID namespace per command costs ~1.5 ms more CPU, half
-    # a minute over the board's 20,000 commands, and what dies with a worker is test_process_trees'.
+    # processes die with it by process group: a PID namespace per command costs ~1.5 ms more CPU, a
+    # minute over the board's 40,000 commands, and what dies with a worker is test_process_trees'.
     worker = WorkerProcess("--address", server_address, "--task-queue", task_queue, "--state-dir",
                            str(tmp_path / "worker-state"), "--max-concurrent-activities", "200",
                            "--process-trees", "process-group", log=tmp_path / "worker.log")

@@ -22,19 +22,16 @@ _EVENT_TYPES = HistoryEvent.DESCRIPTOR.fields_by_name["event_type"].enum_type
 
 
 def write_noop_board(path: Path | str, tasks: int, max_parallel: int = 100, name: str = "noop",
-                     bad_rows: dict[int, str] | None = None, prefix: str = "n", verify: str | None = "true") -> Path:
+                     bad_rows: dict[int, str] | None = None, prefix: str = "n") -> Path:
     """A TOML board of `tasks` no-op tasks, written a line at a time.
 
     `bad_rows` maps a 0-based task index to raw TOML lines that replace that task's `run` line
     (e.g. `run = 5` or `oops = true`): the board then holds a task that cannot run as written.
-    `verify=None`: no verification, one process per task instead of two (a test of the
-    orchestrator's own state need not pay for 20,000 more processes).
     """
     path = Path(path)
     bad_rows = bad_rows or {}
     with open(path, "w", encoding="utf-8") as out:
-        verify_line = "" if verify is None else f'verify = "{verify}"\n'
-        out.write(f'name = "{name}"\nmax_parallel = {max_parallel}\nworktree = false\n{verify_line}\n')
+        out.write(f'name = "{name}"\nmax_parallel = {max_parallel}\nworktree = false\nverify = "true"\n\n')
         for i in range(tasks):
             run_line = bad_rows.get(i, 'run = "true"')
             out.write(f'[[tasks]]\nid = "{prefix}{i}"\n{run_line}\n\n')
