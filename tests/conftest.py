@@ -43,17 +43,24 @@ for _key, _value in {
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that needs the dev server, so `make test-fast` can leave those out but its
-    `smoke` paths (`-m "not server and not slow or smoke"`); and put the files marked `heavy` first.
+    `smoke` paths (`-m "not server and not slow or smoke"`); and put the files marked `heavy` first,
+    longest first.
 
     `make test` hands files to its processes in collection order (`--dist loadfile
     --no-loadscope-reorder`): a long file started last would run on alone after the others are done,
-    so the longest start first and the many short ones fill in around them.
+    so the longest start first and the many short ones fill in around them. `heavy(seconds=N)` is the
+    file's wall time on its own: the 20,000-task test, which keeps both cores busy by itself, starts
+    beside files that mostly wait (killed workers, leases running out), whose waits it fills.
     """
     for item in items:
         if "env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
-    heavy_files = {item.path for item in items if item.get_closest_marker("heavy")}
-    items.sort(key=lambda item: item.path not in heavy_files)  # stable: file and test order kept
+
+    def heavy_seconds(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("heavy")
+        return float(mark.kwargs.get("seconds", 1)) if mark is not None else 0.0
+
+    items.sort(key=lambda item: -heavy_seconds(item))  # stable: file and test order kept
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # runs every benchmark script in quick mode
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=80)]  # runs every benchmark script in quick mode
 
 BENCHMARKS = ROOT / "benchmarks"
 HELPERS = {"common.py", "send_ops.py"}  # imported or started by the benchmarks, not benchmarks themselves

@@ -19,7 +19,7 @@ from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import ROOT, GitRemoteFixture, eventually, git
 from tests.test_git_batcher_stream import make_branches
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # a burst from five clients on a server of its own
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=27)]  # a burst from five clients on a server of its own
 
 CLIENTS = 5
 OPS_PER_CLIENT = 300

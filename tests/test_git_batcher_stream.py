@@ -23,7 +23,7 @@ from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import GitRemoteFixture, eventually, git
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # streams ops through continue-as-new on a server of its own
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=12)]  # streams ops through continue-as-new on a server of its own
 
 # 600 ops in batches of 10: about four runs of the batcher at this suggestion (the burst test sends
 # 1,500 from five processes).

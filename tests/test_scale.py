@@ -15,7 +15,7 @@ from taskfleet.clients.run_store import iter_run_outcomes
 from taskfleet.testing.scale import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
 from tests.conftest import WorkerProcess
 
-pytestmark = pytest.mark.heavy  # one of the longest files: `make test` starts it first
+pytestmark = pytest.mark.heavy(seconds=100)  # one of the longest files: `make test` starts it early
 
 TASKS = 20_000
 

@@ -23,7 +23,7 @@ from temporalio.client import Client
 from taskfleet.clients.pollers import workflow_pollers
 from tests.conftest import ROOT, GitRemoteFixture, eventually, free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # builds the wheel and installs it in a fresh venv
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=29)]  # builds the wheel and installs it in a fresh venv
 
 
 @pytest.fixture(scope="session")

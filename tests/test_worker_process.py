@@ -16,7 +16,7 @@ from taskfleet.core.models.lessons import LessonsAnswer
 from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
 from tests.conftest import ROOT, WorkerProcess, eventually, free_port, python_cmd
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # starts worker processes of its own
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=10)]  # starts worker processes of its own
 
 
 def processes_mentioning(text: str) -> list[str]:
