@@ -43,24 +43,37 @@ for _key, _value in {
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that needs the dev server, so `make test-fast` can leave those out but its
-    `smoke` paths (`-m "not server and not slow or smoke"`); and put the files marked `heavy` first,
-    longest first.
+    `smoke` paths (`-m "not server and not slow or smoke"`); and put the files marked `heavy` first.
 
     `make test` hands files to its processes in collection order (`--dist loadfile
     --no-loadscope-reorder`): a long file started last would run on alone after the others are done,
-    so the longest start first and the many short ones fill in around them. `heavy(seconds=N)` is the
-    file's wall time on its own: the 20,000-task test, which keeps both cores busy by itself, starts
-    beside files that mostly wait (killed workers, leases running out), whose waits it fills.
+    so the long ones start first and the many short ones fill in around them. `heavy(seconds=N)` is
+    the file's wall time on its own; `waits=True` says it spends most of it waiting (killed workers,
+    heartbeats and leases running out). The heavy files go out longest first, each busy one beside
+    two that wait, so the waits of the three processes seldom leave both cores idle at once.
     """
     for item in items:
         if "env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
+    order = {path: rank for rank, path in enumerate(_heavy_files_in_turn(items))}
+    items.sort(key=lambda item: order.get(item.path, len(order)))  # stable: file and test order kept
 
-    def heavy_seconds(item: pytest.Item) -> float:
+
+def _heavy_files_in_turn(items: list[pytest.Item]) -> list[Path]:
+    """The heavy files, longest first, taken one busy file and then two waiting ones in turn."""
+    busy: dict[Path, float] = {}
+    waiting: dict[Path, float] = {}
+    for item in items:
         mark = item.get_closest_marker("heavy")
-        return float(mark.kwargs.get("seconds", 1)) if mark is not None else 0.0
-
-    items.sort(key=lambda item: -heavy_seconds(item))  # stable: file and test order kept
+        if mark is not None:
+            (waiting if mark.kwargs.get("waits") else busy)[item.path] = float(mark.kwargs.get("seconds", 1))
+    busy_first = sorted(busy, key=busy.__getitem__, reverse=True)
+    waiting_first = sorted(waiting, key=waiting.__getitem__, reverse=True)
+    turns: list[Path] = []
+    while busy_first or waiting_first:
+        turns += busy_first[:1] + waiting_first[:2]
+        busy_first, waiting_first = busy_first[1:], waiting_first[2:]
+    return turns
 
 
 @pytest.fixture(scope="session")

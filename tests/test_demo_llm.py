@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import git
 from tests.user_cli import taskfleet
 
-pytestmark = pytest.mark.heavy(seconds=24)  # one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=24, waits=True)  # one of the longest files: `make test` starts it early
 
 
 async def test_the_llm_demo_implements_judges_revises_once_and_lands_offline(server_address, tmp_path: Path):

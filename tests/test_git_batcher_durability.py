@@ -23,7 +23,7 @@ from tests.conftest import (
     save_history,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=40)]  # kills workers of its own mid-push
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=40, waits=True)]  # kills workers of its own mid-push
 
 
 def assert_each_landed_once(fx: GitRemoteFixture, ops: list[GitOp]) -> None:

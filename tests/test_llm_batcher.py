@@ -22,7 +22,7 @@ from tests.conftest import WorkerProcess, eventually
 from tests.llm_support import FAST_POLLS, standin_env
 from tests.test_llm_tasks import assert_landed, llm_board
 
-pytestmark = pytest.mark.heavy(seconds=36)  # one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=36, waits=True)  # one of the longest files: `make test` starts it early
 
 @pytest.fixture
 def standin() -> Iterator[StandIn]:

@@ -22,7 +22,7 @@ from taskfleet.testing.standin import FAKE_API_KEY
 from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import payload_text, standin_env
 
-pytestmark = pytest.mark.heavy(seconds=35)  # one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=35, waits=True)  # one of the longest files: `make test` starts it early
 
 
 @pytest.fixture

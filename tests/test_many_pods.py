@@ -21,7 +21,7 @@ from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSp
 from tests.conftest import GitRemoteFixture, eventually, git
 from tests.pods import Pod, requires_pods
 
-pytestmark = pytest.mark.heavy(seconds=45)  # one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=45, waits=True)  # one of the longest files: `make test` starts it early
 
 WRITE = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'
 CHECK = 'grep -qx "$TASKFLEET_TASK_ID" "out/$TASKFLEET_TASK_ID.txt"'

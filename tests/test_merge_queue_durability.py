@@ -13,7 +13,7 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, free_port, git, save_history
 from tests.test_merge_queue import decided
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=37)]  # kills workers of its own mid-verify and mid-push
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=37, waits=True)]  # kills workers of its own mid-verify and mid-push
 
 
 def merges_of(fx: GitRemoteFixture, entry_id: str) -> int:

@@ -14,7 +14,7 @@ from taskfleet.core.boards import BoardError, parse_toml_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, processes_with_environ, save_history
 
-pytestmark = pytest.mark.heavy(seconds=30)  # one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=30, waits=True)  # one of the longest files: `make test` starts it early
 
 # A real change made by a real command, checked by a real test command.
 WRITE = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'

@@ -24,7 +24,7 @@ from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, processes_with_environ
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=70)]  # kills workers of its own and waits out their leases
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=70, waits=True)]  # kills workers of its own and waits out their leases
 
 TASKS = 6
 # How long the server waits for a silent task before retrying it: long enough that a busy machine's

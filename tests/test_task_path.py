@@ -22,7 +22,7 @@ from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSp
 from taskfleet.core.settings import TaskfleetSettings
 from tests.conftest import ROOT, WorkerProcess, eventually, git, make_git_remote, save_history
 
-pytestmark = pytest.mark.heavy(seconds=33)  # one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=33, waits=True)  # one of the longest files: `make test` starts it early
 
 WRITE = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'
 CHECK = 'grep -qx "$TASKFLEET_TASK_ID" "out/$TASKFLEET_TASK_ID.txt"'
