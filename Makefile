@@ -17,10 +17,11 @@ demo: $(STAMP)
 	$(VENV)/bin/taskfleet demo
 
 # Test files spread over TEST_WORKERS processes (pytest-xdist), each with its own dev server. The
-# suite is CPU-bound on 2 cores: three processes keep both busy, four only contend (measured slower).
+# suite is CPU-bound on 2 cores: three processes keep both busy, four measured no faster.
 # TEST_WORKERS=0: serial.
-# Files go out in collection order, where tests/conftest.py puts the `heavy` ones first (xdist's own
-# order, most tests first, would start the longest files, which hold few tests, last).
+# Files go out in collection order, where tests/conftest.py puts the `heavy` ones first, a busy one
+# and two that mostly wait in turn (xdist's own order, most tests first, would start the longest
+# files, which hold few tests, last). `make test` compiles the project's bytecode first.
 TEST_WORKERS ?= 3
 test: $(STAMP) bytecode
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
