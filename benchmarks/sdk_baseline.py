@@ -45,8 +45,9 @@ async def _two_processes(seconds: float, cwd: str | None = None) -> None:
 
 
 async def _git(repo: str, *args: str, tries: int = 20) -> None:
-    """Concurrent `git worktree add/remove` in one clone trip on each other's half-written entries
-    (`failed to read .git/worktrees/<x>/commondir`) or lock files: retried, as any user would."""
+    """Concurrent `git worktree add/remove` in one clone trip on each other's half-written or
+    half-removed entries (`failed to read .git/worktrees/<x>/commondir`, `Invalid path
+    '.git/worktrees/<x>'`) or lock files: retried, as any user would."""
     for attempt in range(tries):
         proc = await asyncio.create_subprocess_exec(
             "git", "-C", repo, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
@@ -55,7 +56,7 @@ async def _git(repo: str, *args: str, tries: int = 20) -> None:
         if not proc.returncode:
             return
         message = err.decode(errors="replace").strip()
-        if attempt + 1 == tries or not any(m in message for m in ("failed to read", ".lock", "already registered")):
+        if attempt + 1 == tries or not any(m in message for m in ("failed to read", "Invalid path", ".lock", "already registered")):
             raise RuntimeError(f"git {' '.join(args)}: {message}")
         await asyncio.sleep(0.01 * (attempt + 1))
 
