@@ -34,7 +34,7 @@ test-fast: $(STAMP) bytecode
 
 # The project's own bytecode, written once, as `pip install` writes it for an installed package: an
 # editable install has none, and with PYTHONDONTWRITEBYTECODE set every worker and CLI process the
-# tests start would compile taskfleet again (0.12-0.18 s of CPU each, hundreds of processes).
+# tests start would compile taskfleet again (0.12-0.18 s of CPU each).
 # Only changed files are compiled; Python ignores bytecode older than its source.
 bytecode: $(STAMP)
 	$(PY) -m compileall -q -j 0 taskfleet activities workflows worker.py tests benchmarks examples
