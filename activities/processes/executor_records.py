@@ -29,6 +29,15 @@ def task_key(run_key: str, task_id: str) -> str:
     return hashlib.sha256(f"{run_key}\0{task_id}".encode()).hexdigest()[:24]
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first, start time at 19), or
+    [] if the process has gone. The name is cut at the last ")": it may hold spaces and ")"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -36,10 +45,8 @@ def process_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie (dead, not yet reaped by whoever adopted it) counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    fields = _stat_fields(pid)  # a zombie (dead, not yet reaped by whoever adopted it) counts as gone
+    return not fields or fields[0] != "Z"
 
 
 
@@ -101,11 +108,8 @@ _STABLY_EMPTY: set[int] = set()
 
 def _user_process(pid: int) -> bool:
     """Alive, and not a kernel thread (those always read an empty environment)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return False
-    return fields[0] != "Z" and pid != 2 and fields[1] not in ("0", "2")
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] != "Z" and pid != 2 and fields[1] not in ("0", "2")
 
 
 def processes_with_tokens(tokens: set[str]) -> list[int]:
@@ -155,10 +159,8 @@ def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0, variable: 
 
 def _start_time(pid: int) -> str:
     """When the process started (clock ticks since boot, from /proc/<pid>/stat), or ""."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    fields = _stat_fields(pid)
+    return fields[19] if len(fields) > 19 else ""
 
 
 def _dying(signalled: dict[int, str]) -> bool:
