@@ -1,16 +1,18 @@
 """Handing a task's committed branch over to be landed.
 
 A task's activity never pushes: it submits one landing op to the clone's `GitBatchWorkflow` (or an
-entry to the target's merge queue), which tells the orchestrator once the branch lands. The op's id
+entry to the target's merge queue), which tells the orchestrator once the branch lands. Ops of a
+worker's tasks that end together leave in one signal (activities/git/landing_outbox.py). The op's id
 comes from the run and the task, so a retry submits the same op again and the batcher keeps one.
 """
 
 from __future__ import annotations
 
+from taskfleet.activities.git.landing_outbox import outbox
 from taskfleet.activities.git.queue_entry import submit_to_queue
 from temporalio import activity
 
-from taskfleet.core.git_batch_start import op_payload, with_start_options
+from taskfleet.core.git_batch_start import op_payload, start_options, with_start_options
 from taskfleet.core.ids import landing_op_id
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
 from taskfleet.core.models.orchestrator import TaskInput, TaskResult
@@ -52,10 +54,15 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
     config = batcher_config(params)
     client = activity.client()
 
-    async def start(options: dict) -> object:
-        return await client.start_workflow(
-            GIT_BATCH_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[op_payload(op)], **options
-        )
+    async def send(ops: list[dict]) -> object:
+        async def start(options: dict) -> object:
+            return await client.start_workflow(
+                GIT_BATCH_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[ops], **options
+            )
 
-    await with_start_options(start, config, params.git_task_queue)
+        return await with_start_options(start, config, params.git_task_queue)
+
+    # Ops of tasks ending together share one signal-with-start (activities/git/landing_outbox.py).
+    batcher = start_options(config, params.git_task_queue, search_attributes=False)["id"]
+    await outbox().send(batcher, op_payload(op), send)
     result.landing_op_id = op.id

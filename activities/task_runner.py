@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import time
+from typing import BinaryIO
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -130,7 +131,9 @@ class TaskActivities:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
             scratch = self.scratch.take()
             try:
-                await self._execute(params, scratch, *await self._write_prompt(params, log_path), log_path, result)
+                prompt_file, prompt, log = await self._task_files(params, log_path)
+                with log:
+                    await self._execute(params, scratch, prompt_file, prompt, log, log_path, result)
             finally:
                 self.scratch.give_back(scratch)
                 result.seconds = time.monotonic() - started
@@ -155,11 +158,17 @@ class TaskActivities:
                 await submit_landing(params, result)
             result.seconds = time.monotonic() - started
             return result
+        # The prompt and the log are written while the slot is set up: each waits on a thread.
+        files = asyncio.ensure_future(self._task_files(params, log_path))
         try:
-            worktree = await self.worktrees.take(params.repo, task.branch, base_commit, heartbeat)
+            try:
+                worktree = await self.worktrees.take(params.repo, task.branch, base_commit, heartbeat)
+            except BaseException:
+                files.add_done_callback(_close_log)
+                raise
             result.setup_seconds = worktree.setup_seconds
             try:
-                await self._run(params, worktree, log_path, result)
+                await self._run(params, worktree, await files, log_path, result)
             finally:
                 self.worktrees.give_back(worktree)
                 result.seconds = time.monotonic() - started
@@ -172,9 +181,15 @@ class TaskActivities:
             await self._record_lesson(params, result)
         return result
 
-    async def _run(self, params: TaskInput, worktree: Worktree, log_path: Path, result: TaskResult) -> None:
+    async def _run(self, params: TaskInput, worktree: Worktree, files: tuple[Path, str, BinaryIO], log_path: Path,
+                   result: TaskResult) -> None:
+        prompt_file, prompt, log = files
+        with log:
+            await self._run_with(params, worktree, prompt_file, prompt, log, log_path, result)
+
+    async def _run_with(self, params: TaskInput, worktree: Worktree, prompt_file: Path, prompt: str, log: BinaryIO,
+                        log_path: Path, result: TaskResult) -> None:
         task = params.task
-        prompt_file, prompt = await self._write_prompt(params, log_path)
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         parts = dict(activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
                      base_tree=await self.trees.tree_of(params.repo, worktree.base_commit))
@@ -192,7 +207,7 @@ class TaskActivities:
                 await submit_landing(params, result)
             return
 
-        if not await self._execute(params, worktree.path, prompt_file, prompt, log_path, result, stage=worktree):
+        if not await self._execute(params, worktree.path, prompt_file, prompt, log, log_path, result, stage=worktree):
             return
         try:
             if worktree.tree:  # snapshotted in process after `run`: no index, no git process
@@ -214,8 +229,8 @@ class TaskActivities:
             await submit_landing(params, result)
 
     async def _execute(
-        self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log_path: Path, result: TaskResult,
-        stage: Worktree | None = None,
+        self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log: BinaryIO, log_path: Path,
+        result: TaskResult, stage: Worktree | None = None,
     ) -> bool:
         """Executor, then verification, in `cwd`; fills `result` and says whether both passed.
 
@@ -249,23 +264,22 @@ class TaskActivities:
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
         try:
-            with await asyncio.to_thread(open, log_path, "a+b") as log:
-                executed = await run_command(
-                    task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
-                )
-                result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
-                if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
-                    result.output_tail = tail(log)
-                    return False
-                if stage is not None and not await self.worktrees.snapshot(stage):
-                    await git(cwd, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: heartbeating
-                if params.report_stages:
-                    await report_stage(params, STAGE_VERIFYING)
-                verified = await run_command(
-                    task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
-                )
-                result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
+            executed = await run_command(
+                task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
+            )
+            result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
+            if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                 result.output_tail = tail(log)
+                return False
+            if stage is not None and not await self.worktrees.snapshot(stage):
+                await git(cwd, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: heartbeating
+            if params.report_stages:
+                await report_stage(params, STAGE_VERIFYING)
+            verified = await run_command(
+                task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
+            )
+            result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
+            result.output_tail = tail(log)
         finally:
             # Each command's process group is killed when it ends; a process that left its group
             # (`setsid`, a daemon) would go on writing into a folder the next task gets, or into
@@ -291,13 +305,14 @@ class TaskActivities:
             return
         self.executors.forget(token)
 
-    async def _write_prompt(self, params: TaskInput, log_path: Path) -> tuple[Path, str]:
-        """Render the prompt and write it beside the log (outside the worktree: never committed)."""
+    async def _task_files(self, params: TaskInput, log_path: Path) -> tuple[Path, str, BinaryIO]:
+        """Render the prompt; write it beside the log (outside the worktree: never committed) and
+        open the log for appending, in one trip to a thread (creating a file can wait on the disk
+        for a millisecond: not on the event loop; each trip waits for a thread and for the loop)."""
         prompt = await render_task_prompt(self.templates, self.lessons, params)
         prompt_file = log_path.parent / f"{log_path.stem}.prompt.md"
-        # Creating a file can wait on the disk for a millisecond: not on the event loop.
-        await asyncio.to_thread(_write_new_file, prompt_file, prompt)
-        return prompt_file, prompt
+        log = await asyncio.to_thread(_write_prompt_open_log, prompt_file, prompt, log_path)
+        return prompt_file, prompt, log
 
     @activity.defn(name=ACTIVITY_LAND_TASK)
     async def land_task(self, params: LandInput) -> str:
@@ -355,9 +370,16 @@ def _write_review(params: TaskInput, log_path: Path) -> Path:
     return path
 
 
-def _write_new_file(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+def _write_prompt_open_log(prompt_file: Path, prompt: str, log_path: Path) -> BinaryIO:
+    prompt_file.parent.mkdir(parents=True, exist_ok=True)
+    prompt_file.write_text(prompt)
+    return open(log_path, "a+b")
+
+
+def _close_log(files: asyncio.Future) -> None:
+    """A task's files written for nothing (its set-up failed): close the log, keep no error."""
+    if not files.cancelled() and files.exception() is None:
+        files.result()[2].close()
 
 
 def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what: str, timeout: float) -> bool:

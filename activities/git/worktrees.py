@@ -125,17 +125,21 @@ class WorktreePool:
             slot = await add_slot(self.repo_dir(repo_path), repo_path, base_commit, self.pod, self._lease,
                                   self._locks, heartbeat)
             clone.owned.add(slot)
-        try:
-            holder = await asyncio.to_thread(checked_out_elsewhere, slot.path, branch) if branch is not None else ""
-        except (RefWriteRefused, OSError, ValueError):
-            holder = ""  # a layout this cannot read as files (reftable): not checked
+        head = slot.head
+        holder, moved = "", False
+        if branch is not None:
+            try:  # one trip off the event loop: libgit2 reads and writes ref files (a millisecond under load)
+                holder, moved = await asyncio.to_thread(claim_branch, slot.path, branch, base_commit, head == base_commit)
+            except BaseException:
+                await asyncio.shield(self._discard(slot))
+                raise
         if holder:
             clone.free.append(slot)  # untouched: still a clean checkout of its base
             raise BranchCheckedOut(
                 f"branch {branch} is checked out in {holder}: taskfleet never moves a branch a worktree "
                 "has checked out (check out another branch there, or give the task another branch)"
             )
-        head, slot.head = slot.head, ""
+        slot.head = ""
         try:
             if branch is None:
                 # A free slot is a clean checkout with HEAD detached at `head` (slot_scrub): moving
@@ -149,12 +153,10 @@ class WorktreePool:
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             if head == base_commit:
                 # Already a clean checkout of the base (scrubbed there off the task's time): only
-                # the branch moves. No file is touched and the index is not refreshed, so set-up
-                # costs two small ref-file writes whatever the size of the tree (git commands when
-                # the files cannot be written in-process).
-                try:  # off the event loop: libgit2 writes ref and reflog files (a millisecond under load)
-                    await asyncio.to_thread(point_branch, slot.path, branch, base_commit)
-                except RefWriteRefused:
+                # the branch moved (above, with the check). No file is touched and the index is not
+                # refreshed, so set-up costs two small ref-file writes whatever the size of the tree
+                # (git commands when the files cannot be written in-process).
+                if not moved:
                     await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
                               base_commit, heartbeat=heartbeat)
                     await git(slot.path, "symbolic-ref", "HEAD", f"refs/heads/{branch}", heartbeat=heartbeat)
@@ -289,3 +291,22 @@ class WorktreePool:
 
         Runs at worker start, before any task (the caller kills leftover executors first)."""
         return remove_leftovers(self.root, self.pod)
+
+
+def claim_branch(path: Path, branch: str, base_commit: str, move: bool) -> tuple[str, bool]:
+    """Who else has `branch` checked out ("": no one, or a layout this cannot read as files, such
+    as reftable); when no one does and `move`, also point the branch at `base_commit` with the
+    slot's HEAD on it. Returns (holder, moved): not moved when the refs cannot be written in
+    process (the caller uses git). One thread trip for both: each trip waits for a thread and for
+    the event loop, longer than the work."""
+    try:
+        holder = checked_out_elsewhere(path, branch)
+    except (RefWriteRefused, OSError, ValueError):
+        holder = ""
+    if holder or not move:
+        return holder, False
+    try:
+        point_branch(path, branch, base_commit)
+    except RefWriteRefused:
+        return "", False
+    return "", True

@@ -1,0 +1,103 @@
+"""A worker's landing ops leave for their batcher together: one signal in flight per batcher, and
+what is handed over meanwhile goes in the next one. The sender here is a function that records
+the lists it is given and waits for the test's go-ahead, so which op rides in which signal is set
+by the test, not by timing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from taskfleet.activities.git.landing_outbox import LandingOutbox
+
+
+class Sender:
+    """Records each list of ops sent; each send waits until the test lets it finish (or fail)."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[str]] = []
+        self.started = asyncio.Event()
+        self._results: asyncio.Queue[Exception | None] = asyncio.Queue()
+
+    async def __call__(self, ops: list[dict]) -> None:
+        self.sent.append([op["id"] for op in ops])
+        self.started.set()
+        err = await self._results.get()
+        if err is not None:
+            raise err
+
+    def finish(self, err: Exception | None = None) -> None:
+        self._results.put_nowait(err)
+
+
+async def _until(condition, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0)
+
+
+async def test_ops_handed_over_during_a_send_leave_together_in_the_next() -> None:
+    box, send = LandingOutbox(), Sender()
+    first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send))
+    await asyncio.wait_for(send.started.wait(), 5)
+    later = [asyncio.create_task(box.send("batcher-a", {"id": f"t{i}"}, send)) for i in (2, 3, 4)]
+    await asyncio.sleep(0)
+    assert not first.done(), "an op's sender returned before its signal was accepted"
+    send.finish()
+    await asyncio.wait_for(first, 5)
+    await _until(lambda: len(send.sent) == 2)
+    assert not any(task.done() for task in later)
+    send.finish()
+    await asyncio.wait_for(asyncio.gather(*later), 5)
+    assert send.sent == [["t1"], ["t2", "t3", "t4"]]
+
+
+async def test_each_batcher_has_its_own_signal_in_flight() -> None:
+    box, send = LandingOutbox(), Sender()
+    a = asyncio.create_task(box.send("batcher-a", {"id": "a1"}, send))
+    b = asyncio.create_task(box.send("batcher-b", {"id": "b1"}, send))
+    await _until(lambda: len(send.sent) == 2)
+    send.finish()
+    send.finish()
+    await asyncio.wait_for(asyncio.gather(a, b), 5)
+    assert sorted(send.sent) == [["a1"], ["b1"]]
+
+
+async def test_a_failed_send_fails_each_op_it_carried_and_the_next_send_goes_on() -> None:
+    box, send = LandingOutbox(), Sender()
+    first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send))
+    await asyncio.wait_for(send.started.wait(), 5)
+    second = asyncio.create_task(box.send("batcher-a", {"id": "t2"}, send))
+    third = asyncio.create_task(box.send("batcher-a", {"id": "t3"}, send))
+    await asyncio.sleep(0)
+    send.finish(RuntimeError("server unavailable"))
+    with pytest.raises(RuntimeError, match="server unavailable"):
+        await asyncio.wait_for(first, 5)
+    await _until(lambda: len(send.sent) == 2)
+    send.finish(RuntimeError("still unavailable"))
+    for task in (second, third):
+        with pytest.raises(RuntimeError, match="still unavailable"):
+            await asyncio.wait_for(task, 5)
+    last = asyncio.create_task(box.send("batcher-a", {"id": "t4"}, send))
+    await _until(lambda: len(send.sent) == 3)
+    send.finish()
+    await asyncio.wait_for(last, 5)
+    assert send.sent == [["t1"], ["t2", "t3"], ["t4"]]
+
+
+async def test_the_op_of_a_task_cancelled_before_its_send_stays_home() -> None:
+    box, send = LandingOutbox(), Sender()
+    first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send))
+    await asyncio.wait_for(send.started.wait(), 5)
+    cancelled = asyncio.create_task(box.send("batcher-a", {"id": "t2"}, send))
+    kept = asyncio.create_task(box.send("batcher-a", {"id": "t3"}, send))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    send.finish()
+    await asyncio.wait_for(first, 5)
+    await _until(lambda: len(send.sent) == 2)
+    send.finish()
+    await asyncio.wait_for(kept, 5)
+    assert cancelled.cancelled()
+    assert send.sent == [["t1"], ["t3"]]
