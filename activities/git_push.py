@@ -1,4 +1,5 @@
-"""The `push_batch` activity: apply a batch's ops in order, then land every touched ref in one push."""
+"""The `push_batch` activity: apply a batch's ops in order, then land every touched ref in one push,
+then tell the ops' `reply_to` workflows what landed (with `notify`)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,20 @@ from temporalio.exceptions import ApplicationError
 from taskfleet.core.git_objects import resolve
 from taskfleet.core.models.git_batch import (
     OUTCOME_FAILED,
+    GitOpsLanded,
     OUTCOME_LANDED,
     OUTCOME_UP_TO_DATE,
     OpOutcome,
     PushBatchInput,
     PushBatchOutput,
 )
-from taskfleet.core.names import ACTIVITY_PUSH_BATCH
+from taskfleet.core.names import ACTIVITY_PUSH_BATCH, SIGNAL_GIT_OPS_LANDED
 
 _FAILED_FLAGS = PushInfo.ERROR | PushInfo.REJECTED | PushInfo.REMOTE_REJECTED | PushInfo.REMOTE_FAILURE
 # Remote-side races that a second attempt usually clears; the activity's retry policy handles them.
 _TRANSIENT_MARKERS = ("failed to lock", "cannot lock ref", "unable to create lock")
+# How long one `git_ops_landed` signal may take; a listener not told by then is told by the batcher.
+NOTIFY_TIMEOUT_SECONDS = 10.0
 
 
 def open_repo(path: str, remote: str) -> Repo:
@@ -201,6 +205,8 @@ class GitPushActivities:
                 break
             activity.heartbeat(params.batch_id)
         result = work.result()
+        if params.notify:
+            result.notified = await tell_listeners(params, result)
         landed = sum(1 for o in result.outcomes if o.status != OUTCOME_FAILED)
         activity.logger.info(
             "%s: %d/%d ops landed with %d push(es) in %.2fs",
@@ -211,3 +217,32 @@ class GitPushActivities:
             result.seconds,
         )
         return result
+
+
+async def tell_listeners(params: PushBatchInput, result: PushBatchOutput) -> list[str]:
+    """Signal `git_ops_landed` to each op's `reply_to`, all at once; the listeners reached.
+
+    A listener that is gone, or a signal that fails or takes too long, is left to the batcher,
+    which signals every listener not in the list (a listener told twice keeps the first)."""
+    reply_to = {op.id: op.reply_to for op in params.ops}
+    by_listener: dict[str, list[OpOutcome]] = {}
+    for outcome in result.outcomes:
+        listener = reply_to.get(outcome.op_id)
+        if listener:
+            by_listener.setdefault(listener, []).append(outcome)
+    if not by_listener:
+        return []
+    client = activity.client()
+
+    async def tell(listener: str, outcomes: list[OpOutcome]) -> bool:
+        message = GitOpsLanded(params.batch_id, params.repo, params.remote, outcomes)
+        try:
+            await asyncio.wait_for(client.get_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message),
+                                   NOTIFY_TIMEOUT_SECONDS)
+        except Exception as err:  # noqa: BLE001 - the batcher tells it instead
+            activity.logger.info("could not tell %s about %s (the batcher will): %s", listener, params.batch_id, err)
+            return False
+        return True
+
+    told = await asyncio.gather(*(tell(listener, outcomes) for listener, outcomes in by_listener.items()))
+    return [listener for listener, ok in zip(by_listener, told) if ok]

@@ -79,12 +79,12 @@ async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue, git_r
     assert all(o.status == "landed" for b in status.executed_batches for o in b.outcomes)
 
 
-async def test_listeners_hear_of_each_batch_in_order_while_the_next_push_runs(
+async def test_listeners_hear_of_each_batch_in_order_from_its_push(
     client: Client, make_worker, task_queue, git_remote
 ):
-    """Each op's `reply_to` gets `git_ops_landed` for its batch, in the order the batches ran; the
-    batcher schedules the next push in the same workflow task that sends those signals, so no
-    listener's round trip sits between two pushes."""
+    """Each op's `reply_to` gets `git_ops_landed` for its batch, in the order the batches ran,
+    from the push activity itself as soon as the push is done: the batcher signals no one it
+    reached, so no trip through the batcher's workflow sits between a push and its listeners."""
     gb = batcher(client, git_remote, task_queue, max_batch_size=2)
     listener_ids = [f"listener-{i}-{task_queue}" for i in range(2)]
     for i in range(6):  # queued before a worker runs: the first workflow task cuts three batches
@@ -104,22 +104,48 @@ async def test_listeners_hear_of_each_batch_in_order_while_the_next_push_runs(
         told = await eventually(all_told)
         outcomes = [await listener.query(LandedListener.outcomes) for listener in listeners]
         history = await gb.handle.fetch_history()
-        save_history("git_batcher_replies_in_background", history.to_json())
+        save_history("git_batcher_replies_from_push", history.to_json())
     batch_order = [b.id for b in status.executed_batches]
     assert told == [batch_order, batch_order]
     assert [o.op_id for o in outcomes[0]] == ["told-0", "told-2", "told-4"]
     assert [o.op_id for o in outcomes[1]] == ["told-1", "told-3", "told-5"]
     assert all(o.status == "landed" for both in outcomes for o in both)
-    # The workflow task that sends a batch's signals also schedules the next push.
-    by_task: dict[int, set[str]] = {}
-    for event in history.events:
-        if event.HasField("signal_external_workflow_execution_initiated_event_attributes"):
-            done = event.signal_external_workflow_execution_initiated_event_attributes.workflow_task_completed_event_id
-            by_task.setdefault(done, set()).add("signal")
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            done = event.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
-            by_task.setdefault(done, set()).add("push")
-    assert sum(1 for kinds in by_task.values() if kinds == {"signal", "push"}) == 2, by_task
+    kinds = [event.WhichOneof("attributes") for event in history.events]
+    assert kinds.count("activity_task_completed_event_attributes") == 3
+    assert "signal_external_workflow_execution_initiated_event_attributes" not in kinds
+
+
+async def test_a_listener_that_is_gone_is_left_to_the_batcher_and_blocks_nothing(
+    client: Client, make_worker, task_queue, git_remote
+):
+    """The push activity cannot reach a `reply_to` that does not exist: the batcher tries it once
+    itself (the signal fails, recorded in its history), tells the live listener nothing twice,
+    and the next batch lands as usual."""
+    gb = batcher(client, git_remote, task_queue, max_batch_size=2)
+    live, gone = f"listener-live-{task_queue}", f"listener-gone-{task_queue}"
+    async with make_worker(workflows=[LandedListener]):
+        listener = await client.start_workflow(LandedListener.run, id=live, task_queue=task_queue)
+        await gb.enqueue(commit_op(git_remote, "gone/0", op_id="gone-0", reply_to=gone)[0])
+        await gb.enqueue(commit_op(git_remote, "gone/1", op_id="gone-1", reply_to=live)[0])
+        await landed_ops(gb, 2)
+        await gb.enqueue(commit_op(git_remote, "gone/2", op_id="gone-2", reply_to=live)[0])
+        await gb.enqueue(commit_op(git_remote, "gone/3", op_id="gone-3")[0])
+        status = await landed_ops(gb, 4)
+
+        async def told_twice() -> list[str]:
+            batches = await listener.query(LandedListener.batch_ids)
+            assert len(batches) == 2, batches
+            return batches
+
+        batches = await eventually(told_twice)
+        outcomes = await listener.query(LandedListener.outcomes)
+        history = await gb.handle.fetch_history()
+    assert batches == [b.id for b in status.executed_batches]
+    assert [o.op_id for o in outcomes] == ["gone-1", "gone-2"]
+    assert all(o.status == "landed" for b in status.executed_batches for o in b.outcomes)
+    kinds = [event.WhichOneof("attributes") for event in history.events]
+    assert kinds.count("signal_external_workflow_execution_initiated_event_attributes") == 1
+    assert kinds.count("signal_external_workflow_execution_failed_event_attributes") == 1
 
 
 async def test_age_flush_lands_with_one_push(client: Client, make_worker, task_queue, git_remote):

@@ -38,6 +38,7 @@ EXPECTED = {
     "orchestrator_env_refused",
     "git_batcher_enqueue_list",
     "git_batcher_replies_in_background",
+    "git_batcher_replies_from_push",
 }
 
 

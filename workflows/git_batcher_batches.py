@@ -122,6 +122,7 @@ class BatchingMixin:
         return cut
 
     async def _execute(self, batch: GitBatch) -> None:
+        told: set[str] = set()  # listeners the push activity has told
         batch.status = BATCH_EXECUTING
         batch.attempts += 1
         batch.executed_at = workflow.now().isoformat()
@@ -138,6 +139,9 @@ class BatchingMixin:
                     ops=batch.ops,
                     atomic=self.config.atomic,
                     attempt=batch.attempts,
+                    # No patch needed: which listeners the batcher signals follows from the
+                    # activity's result (an older worker's names none), which replay reads back.
+                    notify=True,
                 ),
                 result_type=PushBatchOutput,
                 start_to_close_timeout=timedelta(minutes=10),
@@ -164,6 +168,7 @@ class BatchingMixin:
             batch.outcomes = result.outcomes
             batch.execute_seconds = result.seconds
             self._count(result)
+            told = set(result.notified)
         finally:
             self._executing = None
         self.s.pending_batches.remove(batch)
@@ -176,7 +181,7 @@ class BatchingMixin:
         self._waits.finish(batch)
         self._refresh_details()
         if self._replies_in_background:
-            self._replies.send_in_background(batch)
+            self._replies.send_in_background(batch, told)
         else:
             await self._replies.notify(batch)
 

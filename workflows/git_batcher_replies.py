@@ -2,10 +2,15 @@
 
 Every op may name a `reply_to` workflow: once its batch has run (or the op was refused), that
 workflow gets signal `git_ops_landed` with the outcomes of its ops, one signal per listener per
-batch; a listener that is gone never blocks the batcher. The signals of a batch leave in the workflow
-task that finished it, beside the next batch's push, so a listener's round trip never sits between
-two pushes; a batch's signals leave only after the previous batch's were delivered, so a listener
-hears of its ops in the order the batches ran. The `flush_now` and `retry` updates wait for the run
+batch; a listener that is gone never blocks the batcher. The push activity tells a landed batch's
+listeners itself, as soon as the push is done (activities/git_push.py): from the batcher, a signal
+would wait for the activity's completion to reach the workflow and then for the server to deliver
+it, two trips through the server. The batcher signals the rest: listeners the activity could not
+reach, refused ops, failed batches. Its signals of a batch leave in the workflow task that finished
+it, beside the next batch's push, so a listener's round trip never sits between two pushes; they
+leave only after the previous batch's were delivered, so a listener hears of its ops in the order
+the batches ran (the one exception: a listener the activity could not reach for a batch may hear of
+the next batch, from its push, first). The `flush_now` and `retry` updates wait for the run
 of their batches that ends after the call, and get those batches' result.
 
 Used by `GitBatchWorkflow` (workflows/git_batcher.py), which owns one `Replies` and one `BatchWaits`.
@@ -62,11 +67,14 @@ class Replies:
         runs started before `send_in_background`); a vanished listener never blocks us."""
         await self._signal_outcomes(batch.id, _by_listener(batch))
 
-    def send_in_background(self, batch: GitBatch) -> None:
-        """Start signalling the batch's listeners, all at once, and return: the caller runs the
-        next batch meanwhile. Call `settle` before the run ends."""
+    def send_in_background(self, batch: GitBatch, told: set[str] = frozenset()) -> None:
+        """Start signalling the batch's listeners, all at once, except those the push activity
+        has `told`, and return: the caller runs the next batch meanwhile. Call `settle` before
+        the run ends."""
         previous = self._sending
-        by_listener = _by_listener(batch)
+        by_listener = {listener: outcomes for listener, outcomes in _by_listener(batch).items() if listener not in told}
+        if not by_listener:
+            return
 
         async def send() -> None:
             if previous is not None:

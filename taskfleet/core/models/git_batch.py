@@ -169,6 +169,8 @@ class PushBatchInput:
     atomic: bool = False
     # The workflow's attempt at this batch (a failed batch is run again on a later flush).
     attempt: int = 1
+    # Signal `git_ops_landed` to the ops' `reply_to` workflows from the activity, once pushed.
+    notify: bool = False
 
 
 @dataclass
@@ -178,6 +180,8 @@ class PushBatchOutput:
     pushed_refs: list[str]
     pushes: int
     seconds: float
+    # The `reply_to` workflows the activity told (with `notify`); the batcher tells the others.
+    notified: list[str] = field(default_factory=list)
 
 
 @dataclass
