@@ -2,7 +2,10 @@
 
 A task's activity never pushes: it submits one landing op to the clone's `GitBatchWorkflow` (or an
 entry to the target's merge queue), which tells the orchestrator once the branch lands. Ops of a
-worker's tasks that end together leave in one signal (activities/git/landing_outbox.py). The op's id
+worker's tasks that end together leave in one signal (activities/git/landing_outbox.py). The
+board's last tasks also ask the batcher to flush once all their ops are queued: no later op will
+fill their batch, and the run's own flush (once every task has finished) comes two trips through
+the server later. The op's id
 comes from the run and the task, so a retry submits the same op again and the batcher keeps one.
 """
 
@@ -16,7 +19,7 @@ from taskfleet.core.git_batch_start import op_payload, start_options, with_start
 from taskfleet.core.ids import landing_op_id
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
 from taskfleet.core.models.orchestrator import TaskInput, TaskResult
-from taskfleet.core.names import GIT_BATCH_WORKFLOW, SIGNAL_ENQUEUE
+from taskfleet.core.names import FLUSH_AFTER, GIT_BATCH_WORKFLOW, SIGNAL_ENQUEUE, SIGNAL_FLUSH
 
 
 def landing_op(params: TaskInput, commit: str) -> GitOp:
@@ -54,6 +57,8 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
     config = batcher_config(params)
     client = activity.client()
 
+    batcher = start_options(config, params.git_task_queue, search_attributes=False)["id"]
+
     async def send(ops: list[dict]) -> object:
         async def start(options: dict) -> object:
             return await client.start_workflow(
@@ -62,7 +67,13 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
 
         return await with_start_options(start, config, params.git_task_queue)
 
+    together = list(params.land_together)
+
+    async def flush() -> None:
+        # A signal of its own, not a field of the op: a batcher of an older version refuses an op
+        # with a field it does not know (and flushes at once on this signal, whatever it carries).
+        await client.get_workflow_handle(batcher).signal(SIGNAL_FLUSH, {FLUSH_AFTER: together})
+
     # Ops of tasks ending together share one signal-with-start (activities/git/landing_outbox.py).
-    batcher = start_options(config, params.git_task_queue, search_attributes=False)["id"]
-    await outbox().send(batcher, op_payload(op), send)
+    await outbox().send(batcher, op_payload(op), send, flush=(tuple(together), flush) if together else None)
     result.landing_op_id = op.id

@@ -159,6 +159,42 @@ async def test_age_flush_lands_with_one_push(client: Client, make_worker, task_q
     assert all(git_remote.remote_ref(f"age/{i}") for i in range(3))
 
 
+async def test_a_flush_after_named_ops_waits_until_all_are_queued_then_lands_them_in_one_push(
+    client: Client, make_worker, task_queue, git_remote
+):
+    """`flush({"after": [op ids]})`, as a board's last tasks send it: nothing is cut while one of
+    the named ops is missing, and the batch leaves as soon as the last arrives (no size, no age)."""
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10)
+    ops = [commit_op(git_remote, f"together/{i}", op_id=f"together-{i}")[0] for i in range(3)]
+    async with make_worker():
+        await gb.enqueue(ops[0])
+        await gb.handle.signal("flush", {"after": [op.id for op in ops]})
+        await gb.enqueue(ops[1])
+        waiting = await gb.status()  # a query sees every signal sent before it
+        assert [op.id for op in waiting.queue] == ["together-0", "together-1"], waiting
+        assert not waiting.pending_batches and waiting.stats.total_batches == 0, waiting
+        await gb.enqueue(ops[2])
+        status = await landed_ops(gb, 3)
+        # named ops that are all in already: a plain flush
+        await gb.enqueue(commit_op(git_remote, "together/late", op_id="together-late")[0])
+        await gb.handle.signal("flush", {"after": ["together-late", "together-0"]})
+        status = await landed_ops(gb, 4)
+    assert git_remote.pushes() == 2
+    assert [len(b.ops) for b in status.executed_batches] == [3, 1]
+
+
+async def test_a_flush_with_input_it_cannot_read_flushes_at_once(client: Client, make_worker, task_queue, git_remote):
+    gb = batcher(client, git_remote, task_queue, max_batch_size=10)
+    async with make_worker():
+        await gb.enqueue(commit_op(git_remote, "odd/0")[0])
+        await gb.handle.signal("flush", {"after": "odd/0"})  # not a list
+        await landed_ops(gb, 1)
+        await gb.enqueue(commit_op(git_remote, "odd/1")[0])
+        await gb.handle.signal("flush", {"after": [7]})  # not op ids
+        status = await landed_ops(gb, 2)
+    assert status.stats.total_batches == 2 and git_remote.pushes() == 2
+
+
 async def test_an_op_reaching_an_idle_batcher_lands_at_its_age(client: Client, make_worker, task_queue, git_remote):
     """After a flush the batcher holds nothing and waits with no timer; a lone op sent then (as a
     person does with the temporal CLI) must still land once it is max_batch_age_seconds old."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 
@@ -59,6 +60,29 @@ async def test_nine_tasks_run_in_parallel_and_land_in_one_push(client, make_work
         assert f"Taskfleet-Task: {t.id}" in git(git_remote.remote, "log", "-1", "--format=%B", t.commit)
     assert leftover_worktrees(settings) == []
     assert git(git_remote.clone, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+async def test_the_board_s_last_tasks_ask_to_land_together(client, make_worker, task_queue, git_remote):
+    """Tasks started once none was left to start name the landing ops of all tasks then running
+    (theirs included): the batcher flushes when those are all queued, without waiting for the run
+    to finish. Earlier tasks name none; the board still lands in one push per batch."""
+    b = board(4, max_parallel=2)
+    async with make_worker():
+        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue, git_max_batch_age_seconds=60)
+        result = await handle.result()
+        together: dict[str, list[str]] = {}
+        async for event in handle.fetch_history_events():
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                scheduled = event.activity_task_scheduled_event_attributes
+                if scheduled.activity_type.name.endswith("run_task"):
+                    task_input = json.loads(scheduled.input.payloads[0].data)
+                    together[task_input["task"]["id"]] = task_input.get("land_together", [])
+    assert all(t.landed for t in result.tasks) and result.stats.pushes == 1
+    assert together["T1"] == together["T2"] == together["T3"] == []
+    # T4 and the one task still running when it started (at most max_parallel), as landing op ids
+    run_key = [op_id for op_id in together["T4"] if op_id.endswith("/T4")][0].removesuffix("/T4")
+    assert 1 <= len(together["T4"]) <= 2 and together["T4"] == sorted(together["T4"]), together
+    assert {op_id.removeprefix(run_key + "/") for op_id in together["T4"]} <= {"T1", "T2", "T3", "T4"}
 
 
 async def test_max_parallel_two_is_never_exceeded(client, make_worker, task_queue, git_remote, tmp_path):

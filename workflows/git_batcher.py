@@ -26,11 +26,13 @@ from taskfleet.workflows.compat import (
 from taskfleet.workflows.git_batcher_batches import BatchingMixin
 from taskfleet.workflows.git_batcher_carry import compact_for_carry
 from taskfleet.workflows.git_batcher_intake import (
+    FLUSHES_WAITING,
     MAX_OPS_PER_SIGNAL,
     REASON_CHARS,
     RECENT_IDS,
     RECENT_REJECTIONS,
     HeldOps,
+    flush_after,
     parse_op,
     refusal_notice,
 )
@@ -97,6 +99,8 @@ class GitBatchWorkflow(BatchingMixin):
         self._draining = False
         self._replies = Replies(self.config.repo, self.config.remote)
         self._replies_in_background = False  # decided when the run starts
+        # `flush({"after": ...})` calls whose ops are not all accepted yet (this run only).
+        self._flushes_waiting: list[frozenset[str]] = []
         self._held = HeldOps()
         for op in self._held_ops():
             self._seen.add(op.id)
@@ -208,6 +212,11 @@ class GitBatchWorkflow(BatchingMixin):
         self._held.hold(op)
         self.s.queue.append(op)
         self.s.stats.total_ops += 1
+        if self._flushes_waiting:
+            waiting = [after for after in self._flushes_waiting if not after <= self._seen]
+            if len(waiting) < len(self._flushes_waiting):
+                self.s.flush_requested = True
+            self._flushes_waiting = waiting
         self._refresh_details()
         return op.id
 
@@ -260,8 +269,17 @@ class GitBatchWorkflow(BatchingMixin):
 
     @workflow.signal(name=SIGNAL_FLUSH)
     def flush(self, *args: Any) -> None:
-        """Flush now; any input sent with it is ignored."""
-        self.s.flush_requested = True
+        """Flush now; or, with `{"after": [op ids]}`, once every one of those ops has been accepted
+        (a board's last tasks send it, so their batch leaves as soon as it is whole, without
+        waiting for the run's own flush). Any other input is ignored: flush now.
+
+        A waiting flush lives in this run only (a run that continues as new drops it: the ops'
+        sender flushes again when it needs to, as the orchestrator does once its tasks are done)."""
+        after = flush_after(args)
+        if after is None or after <= self._seen:
+            self.s.flush_requested = True
+            return
+        self._flushes_waiting = (self._flushes_waiting + [after])[-FLUSHES_WAITING:]
 
     @workflow.update(name=UPDATE_SUBMIT)
     def submit(self, *args: Any) -> str:

@@ -19,8 +19,11 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.bounded import args_problem, json_size
     from taskfleet.core.git_op_validation import InvalidGitOp, parse_git_op
     from taskfleet.core.models.git_batch import OUTCOME_FAILED, GitOp, OpOutcome
+    from taskfleet.core.names import FLUSH_AFTER
 
 MAX_OPS_PER_SIGNAL = 500  # ops one `enqueue` signal may carry as a list
+MAX_FLUSH_AFTER_IDS = 1000  # op ids one `flush({"after": [...]})` may name
+FLUSHES_WAITING = 100  # `flush({"after": ...})` held at once (the oldest is dropped past it)
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000  # op ids remembered, so a repeat is ignored
 # Accepted ops still held (queued, pending, in failed batches) up to this much serialized JSON; one
@@ -99,3 +102,16 @@ def refusal_notice(args: tuple[Any, ...], reason: str) -> Optional[tuple[str, Op
         reason=f"refused by the git batcher: {reason}",
     )
     return listener, outcome
+
+
+def flush_after(args: tuple[Any, ...]) -> Optional[frozenset[str]]:
+    """The op ids of `flush({"after": [op ids]})`, or None: flush now (no input, or input that is
+    not such a list, as `flush` always took any input)."""
+    if len(args) != 1 or not isinstance(args[0], dict):
+        return None
+    ids = args[0].get(FLUSH_AFTER)
+    if not isinstance(ids, list) or not 0 < len(ids) <= MAX_FLUSH_AFTER_IDS:
+        return None
+    if not all(isinstance(op_id, str) and 0 < len(op_id) <= 200 for op_id in ids):
+        return None
+    return frozenset(ids)

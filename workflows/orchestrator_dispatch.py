@@ -21,6 +21,7 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import root_cause_message
+    from taskfleet.core.ids import landing_op_id
     from taskfleet.core.judge_board_keys import has_judge
     from taskfleet.core.models.orchestrator import (
         TASK_CANCELLED,
@@ -48,6 +49,8 @@ TASK_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=["BadTaskSetup", "TemplateError"],
 )
+# The most last tasks whose landing ops ask for a flush together (`TaskInput.land_together`).
+LAND_TOGETHER_MAX = 64
 
 
 def task_summary(task: TaskSpec) -> str:
@@ -58,7 +61,7 @@ def task_summary(task: TaskSpec) -> str:
 
 class TaskDispatchMixin:
     """Mixed into `OrchestratorWorkflow`, which provides `_set_status`, `_should_continue_as_new`,
-    `_after_task`, `_expect_landing`, `_queue_input`, `_refresh_details` and the tally."""
+    `_after_task`, `_expect_landing`, `_queue_input`, `_paged`, `_refresh_details` and the tally."""
 
     params: OrchestratorInput
     s: OrchestratorState
@@ -93,8 +96,22 @@ class TaskDispatchMixin:
             git_task_queue=self.params.git_task_queue or workflow.info().task_queue,
             git_max_batch_size=self.params.git_max_batch_size,
             git_max_batch_age_seconds=self.params.git_max_batch_age_seconds,
+            land_together=self._last_landings(),
         )
         return self._queue_input(task_input) if self._queued else task_input
+
+    def _last_landings(self) -> list[str]:
+        """Once no task of the board is left to start: the landing op ids of the tasks running now
+        that land through the git batcher (the caller's included); else, or past
+        LAND_TOGETHER_MAX tasks (their batches fill by size), none."""
+        if self._queued or self.s.pending:
+            return []
+        if self._paged and self.s.paging.load_from < self.s.paging.board.tasks:
+            return []
+        landing = [task_id for task_id in self._running if self.tasks[task_id].worktree]
+        if len(landing) > LAND_TOGETHER_MAX:
+            return []
+        return sorted(landing_op_id(self.s.run_key, task_id) for task_id in landing)
 
     async def _run_one(self, task: TaskSpec) -> None:
         outcome = self.s.outcomes[task.id]

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.core.git_batch_start import op_payload, with_start_options
+from taskfleet.core.grouped_sends import GroupedSends
 from taskfleet.core.ids import git_batch_workflow_id as _pure_workflow_id
 from taskfleet.core.models.git_batch import (
     BatchResult,
@@ -60,8 +61,11 @@ class GitBatcherClient:
         self.config = config
         self.task_queue = task_queue
         self.workflow_id = git_batch_workflow_id(config.repo, config.remote, task_queue)
-        self._outbox: list[tuple[Any, asyncio.Future]] = []  # ops waiting for the next signal
-        self._sender: asyncio.Future | None = None
+        # Ops enqueued while this client's previous signal is on its way go together in the next.
+        self._sends: GroupedSends[dict[str, Any]] = GroupedSends(
+            self._send_ops, max_items=SIGNAL_MAX_OPS, max_bytes=SIGNAL_MAX_BYTES,
+            size=lambda op: len(json.dumps(op, default=str)),
+        )
 
     @property
     def handle(self) -> WorkflowHandle:
@@ -72,41 +76,17 @@ class GitBatcherClient:
         `rejected` in `status`. Ops enqueued while this client's previous signal is on its way go
         together in the next one (a list): a burst costs the batcher a few history events, not one
         per op, so it can continue as new while the burst goes on."""
-        sent = asyncio.get_running_loop().create_future()
-        self._outbox.append((op_payload(op), sent))
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.ensure_future(self._send_outbox())
-        await asyncio.shield(sent)
+        await self._sends.send(op_payload(op))
 
-    async def _send_outbox(self) -> None:
-        while self._outbox:
-            taken, size = [], 0
-            while self._outbox and len(taken) < SIGNAL_MAX_OPS:
-                cost = len(json.dumps(self._outbox[0][0], default=str))
-                if taken and size + cost > SIGNAL_MAX_BYTES:
-                    break
-                taken.append(self._outbox.pop(0))
-                size += cost
-            payload: Any = taken[0][0] if len(taken) == 1 else [op for op, _ in taken]
+    async def _send_ops(self, ops: list[dict[str, Any]]) -> None:
+        payload: Any = ops[0] if len(ops) == 1 else ops
 
-            async def start(options: dict[str, Any]) -> Any:
-                return await self.client.start_workflow(
-                    GIT_BATCH_WORKFLOW, self.config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[payload],
-                    **options,
-                )
+        async def start(options: dict[str, Any]) -> Any:
+            return await self.client.start_workflow(
+                GIT_BATCH_WORKFLOW, self.config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[payload], **options,
+            )
 
-            try:
-                await with_start_options(start, self.config, self.task_queue)
-            except BaseException as err:  # each caller hears it; the next ones are still sent
-                for _, sent in taken:
-                    if not sent.done():
-                        sent.set_exception(err if isinstance(err, Exception) else RuntimeError(str(err)))
-                if not isinstance(err, Exception):
-                    raise
-                continue
-            for _, sent in taken:
-                if not sent.done():
-                    sent.set_result(None)
+        await with_start_options(start, self.config, self.task_queue)
 
     async def submit(self, op: GitOp | dict[str, Any]) -> str:
         """Update-with-start: returns the accepted op id, or raises with the reason it was refused."""

@@ -23,6 +23,7 @@ JUDGE_WORKFLOW = "JudgeWorkflow"
 # --- GitBatchWorkflow messages ------------------------------------------------------------------
 SIGNAL_ENQUEUE = "enqueue"
 SIGNAL_FLUSH = "flush"
+FLUSH_AFTER = "after"  # flush({"after": [op ids]}): flush once every one of these ops is accepted
 UPDATE_SUBMIT = "submit"
 UPDATE_FLUSH_NOW = "flush_now"
 UPDATE_RETRY = "retry"

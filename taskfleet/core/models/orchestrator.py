@@ -243,6 +243,10 @@ class TaskInput:
     start_commit: str = ""  # a command task's revise round starts from the commit the judge reviewed
     review: Optional[Review] = None  # the judge's review of that commit (TASKFLEET_REVIEW_FILE)
     report_stages: bool = False  # signal `task_stage` to `reply_to` when verification starts
+    # Set on the board's last tasks (none was left to start when they started): the landing op ids of
+    # all of them, this one's included. Each asks the batcher to flush once all are queued: no later
+    # task will fill their batch, and the run's own flush comes two trips through the server later.
+    land_together: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""A worker's landing ops leave for their batcher together: one signal in flight per batcher, and
-what is handed over meanwhile goes in the next one. The sender here is a function that records
-the lists it is given and waits for the test's go-ahead, so which op rides in which signal is set
-by the test, not by timing."""
+"""Sends that share a trip (a client's burst of git ops, a worker's landing ops): one send in
+flight, and what is handed over meanwhile goes in the next one. The sender here is a function that
+records the lists it is given and waits for the test's go-ahead, so which item rides in which send
+is set by the test, not by timing."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from taskfleet.activities.git.landing_outbox import LandingOutbox
+from taskfleet.core.grouped_sends import GroupedSends
 
 
 class Sender:
@@ -101,3 +102,64 @@ async def test_the_op_of_a_task_cancelled_before_its_send_stays_home() -> None:
     await asyncio.wait_for(kept, 5)
     assert cancelled.cancelled()
     assert send.sent == [["t1"], ["t3"]]
+
+
+async def test_a_group_holds_at_most_max_items_and_about_max_bytes() -> None:
+    send = Sender()
+    sends = GroupedSends(send, max_items=2, max_bytes=30, size=lambda op: len(op["id"]))
+    first = asyncio.create_task(sends.send({"id": "a"}))
+    await _until(lambda: len(send.sent) == 1)
+    rest = [asyncio.create_task(sends.send({"id": name})) for name in ("b", "c", "d", "e" * 40, "f")]
+    await asyncio.sleep(0)
+    for _ in range(5):
+        send.finish()
+    await asyncio.wait_for(asyncio.gather(first, *rest), 5)
+    # two at most; the 40-byte item exceeds the bytes with any other, so it leaves alone
+    assert send.sent == [["a"], ["b", "c"], ["d"], ["e" * 40], ["f"]]
+
+
+async def test_the_board_s_last_ops_ask_for_one_flush_per_group_and_their_tasks_do_not_wait_for_it() -> None:
+    box, send, asked, release = LandingOutbox(), Sender(), [], asyncio.Event()
+
+    def flush(key: str):
+        async def ask() -> None:
+            asked.append(key)
+            await release.wait()  # an ask that takes its time: no task waits for it
+        return key, ask
+
+    first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send, flush("run-1")))
+    await asyncio.wait_for(send.started.wait(), 5)
+    later = [asyncio.create_task(box.send("batcher-a", {"id": f"t{i}"}, send, flush("run-1"))) for i in (2, 3)]
+    later.append(asyncio.create_task(box.send("batcher-a", {"id": "u1"}, send, flush("run-2"))))
+    later.append(asyncio.create_task(box.send("batcher-a", {"id": "v1"}, send)))
+    await asyncio.sleep(0)
+    send.finish()
+    await asyncio.wait_for(first, 5)  # returned while its group's ask is still on its way
+    assert asked == ["run-1"]
+    release.set()
+    await _until(lambda: len(send.sent) == 2)
+    release.clear()
+    send.finish()
+    await asyncio.wait_for(asyncio.gather(*later), 5)
+    await _until(lambda: len(asked) == 2)
+    release.set()
+    await _until(lambda: len(asked) == 3)
+    assert send.sent == [["t1"], ["t2", "t3", "u1", "v1"]]
+    assert asked == ["run-1", "run-1", "run-2"]  # one ask per key and group
+
+
+async def test_a_failed_flush_is_only_logged_and_the_next_group_still_leaves() -> None:
+    box, send = LandingOutbox(), Sender()
+
+    async def fails() -> None:
+        raise RuntimeError("batcher unreachable")
+
+    first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send, ("run-1", fails)))
+    await asyncio.wait_for(send.started.wait(), 5)
+    send.finish()
+    await asyncio.wait_for(first, 5)
+    second = asyncio.create_task(box.send("batcher-a", {"id": "t2"}, send))
+    await _until(lambda: len(send.sent) == 2)
+    send.finish()
+    await asyncio.wait_for(second, 5)
+    assert send.sent == [["t1"], ["t2"]]
