@@ -179,6 +179,7 @@ async def test_a_flush_after_named_ops_waits_until_all_are_queued_then_lands_the
         await gb.enqueue(commit_op(git_remote, "together/late", op_id="together-late")[0])
         await gb.handle.signal("flush", {"after": ["together-late", "together-0"]})
         status = await landed_ops(gb, 4)
+        save_history("git_batcher_flush_after", (await gb.handle.fetch_history()).to_json())
     assert git_remote.pushes() == 2
     assert [len(b.ops) for b in status.executed_batches] == [3, 1]
 

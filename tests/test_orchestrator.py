@@ -77,6 +77,7 @@ async def test_the_board_s_last_tasks_ask_to_land_together(client, make_worker, 
                 if scheduled.activity_type.name.endswith("run_task"):
                     task_input = json.loads(scheduled.input.payloads[0].data)
                     together[task_input["task"]["id"]] = task_input.get("land_together", [])
+        save_history("orchestrator_last_tasks_land_together", (await handle.fetch_history()).to_json())
     assert all(t.landed for t in result.tasks) and result.stats.pushes == 1
     assert together["T1"] == together["T2"] == together["T3"] == []
     # T4 and the one task still running when it started (at most max_parallel), as landing op ids

@@ -39,6 +39,8 @@ EXPECTED = {
     "git_batcher_enqueue_list",
     "git_batcher_replies_in_background",
     "git_batcher_replies_from_push",
+    "git_batcher_flush_after",
+    "orchestrator_last_tasks_land_together",
 }
 
 
