@@ -7,7 +7,8 @@ ceil(N / c) * d / wall; what is taskfleet's is the ratio taskfleet / baseline (t
 absolute floor). Cases with worktrees compare against the same task written with the bare SDK
 (`worktree_commit_push`: a worktree on its own branch, the two processes, a commit and a push of
 the branch per task); the ratio against a baseline that only adds and removes a worktree (no
-commit, no push) is printed beside it. Every taskfleet task runs with `refresh` (no result cache).
+commit, no push) is printed beside it. The branches a baseline run made are deleted after it,
+untimed, so every run meets a clone and a remote of the same size. Every taskfleet task runs with `refresh` (no result cache).
 
 `ratio_with_over_without_worktrees` is taskfleet's own efficiency with worktrees over without, per
 case measured both ways; `git_work_floor` times, alone, the git work a with-worktrees task adds (its
@@ -104,6 +105,7 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
             wall = await sdk_baseline.run_once(client, activity, n, seconds, concurrency, str(repo), BASELINE_QUEUE)
             baseline.append(round(ideal / wall, 3))
             cpu[activity].append(cpu_ms_per_task(before, cpu_seconds(), n))
+            sdk_baseline.forget_branches(str(repo))  # untimed: each run meets a clone of the same size
             if extra:
                 before = cpu_seconds()
                 wall = await sdk_baseline.run_once(client, extra, n, seconds, concurrency, str(repo), BASELINE_QUEUE)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import subprocess
 import time
 import uuid
 from datetime import timedelta
@@ -92,6 +93,19 @@ async def worktree_commit_push(seconds: float, repo: str) -> None:
         await _git(path, "push", "-q", "--force", "origin", f"baseline/{name}")
     finally:
         await _git(repo, "worktree", "remove", "--force", path)
+
+
+def forget_branches(repo: str) -> None:
+    """Delete the `baseline/*` branches `worktree_commit_push` left, in the clone and on its remote
+    (untimed, after a run): every run of either side then meets a repository of the same size,
+    instead of one that grows by a branch per baseline task (a push's ref advertisement and the
+    remote's connectivity check grow with the refs)."""
+    names = subprocess.run(["git", "for-each-ref", "--format=%(refname:short)", "refs/heads/baseline/"],
+                           cwd=repo, check=True, capture_output=True, text=True).stdout.split()
+    if not names:
+        return
+    subprocess.run(["git", "push", "-q", "origin", *[f":refs/heads/{name}" for name in names]], cwd=repo, check=True)
+    subprocess.run(["git", "branch", "-q", "-D", *names], cwd=repo, check=True)
 
 
 ACTIVITIES = [sleep_only, two_processes, worktree_two_processes, worktree_commit_push]
