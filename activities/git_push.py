@@ -15,9 +15,9 @@ from temporalio.exceptions import ApplicationError
 from taskfleet.core.git_objects import resolve
 from taskfleet.core.models.git_batch import (
     OUTCOME_FAILED,
-    GitOpsLanded,
     OUTCOME_LANDED,
     OUTCOME_UP_TO_DATE,
+    GitOpsLanded,
     OpOutcome,
     PushBatchInput,
     PushBatchOutput,

@@ -5,8 +5,8 @@ entry to the target's merge queue), which tells the orchestrator once the branch
 worker's tasks that end together leave in one signal (activities/git/landing_outbox.py). The
 board's last tasks also ask the batcher to flush once all their ops are queued: no later op will
 fill their batch, and the run's own flush (once every task has finished) comes two trips through
-the server later. The op's id
-comes from the run and the task, so a retry submits the same op again and the batcher keeps one.
+the server later. The op's id comes from the run and the task, so a retry submits the same op
+again and the batcher keeps one.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ import hashlib
 import json
 import os
 import time
-from typing import BinaryIO
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO
 
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
