@@ -21,6 +21,7 @@ from taskfleet.core.models.git_batch import (
     OpOutcome,
     PushBatchInput,
     PushBatchOutput,
+    outcomes_by_listener,
 )
 from taskfleet.core.names import ACTIVITY_PUSH_BATCH, SIGNAL_GIT_OPS_LANDED
 
@@ -224,12 +225,7 @@ async def tell_listeners(params: PushBatchInput, result: PushBatchOutput) -> lis
 
     A listener that is gone, or a signal that fails or takes too long, is left to the batcher,
     which signals every listener not in the list (a listener told twice keeps the first)."""
-    reply_to = {op.id: op.reply_to for op in params.ops}
-    by_listener: dict[str, list[OpOutcome]] = {}
-    for outcome in result.outcomes:
-        listener = reply_to.get(outcome.op_id)
-        if listener:
-            by_listener.setdefault(listener, []).append(outcome)
+    by_listener = outcomes_by_listener(params.ops, result.outcomes)
     if not by_listener:
         return []
     client = activity.client()

@@ -168,7 +168,9 @@ class TaskActivities:
                 raise
             result.setup_seconds = worktree.setup_seconds
             try:
-                await self._run(params, worktree, await files, log_path, result)
+                prompt_file, prompt, log = await files
+                with log:
+                    await self._run(params, worktree, prompt_file, prompt, log, log_path, result)
             finally:
                 self.worktrees.give_back(worktree)
                 result.seconds = time.monotonic() - started
@@ -181,14 +183,8 @@ class TaskActivities:
             await self._record_lesson(params, result)
         return result
 
-    async def _run(self, params: TaskInput, worktree: Worktree, files: tuple[Path, str, BinaryIO], log_path: Path,
-                   result: TaskResult) -> None:
-        prompt_file, prompt, log = files
-        with log:
-            await self._run_with(params, worktree, prompt_file, prompt, log, log_path, result)
-
-    async def _run_with(self, params: TaskInput, worktree: Worktree, prompt_file: Path, prompt: str, log: BinaryIO,
-                        log_path: Path, result: TaskResult) -> None:
+    async def _run(self, params: TaskInput, worktree: Worktree, prompt_file: Path, prompt: str, log: BinaryIO,
+                   log_path: Path, result: TaskResult) -> None:
         task = params.task
         result.prompt_hash = cache_key(prompt=prompt)[:16]
         parts = dict(activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         GitBatch,
         GitOpsLanded,
         OpOutcome,
+        outcomes_by_listener,
     )
     from taskfleet.core.names import SIGNAL_GIT_OPS_LANDED
 
@@ -103,14 +104,7 @@ class Replies:
 
 
 def _by_listener(batch: GitBatch) -> dict[str, list[OpOutcome]]:
-    """The batch's outcomes grouped by the `reply_to` of their ops (ops without one are left out)."""
-    by_listener: dict[str, list[OpOutcome]] = {}
-    reply_to = {op.id: op.reply_to for op in batch.ops}
-    for outcome in batch.outcomes:
-        listener = reply_to.get(outcome.op_id)
-        if listener:
-            by_listener.setdefault(listener, []).append(outcome)
-    return by_listener
+    return outcomes_by_listener(batch.ops, batch.outcomes)
 
 
 class BatchWaits:

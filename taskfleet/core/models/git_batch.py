@@ -158,6 +158,18 @@ class GitOpsLanded:
     outcomes: list[OpOutcome]
 
 
+def outcomes_by_listener(ops: list[GitOp], outcomes: list[OpOutcome]) -> dict[str, list[OpOutcome]]:
+    """Outcomes grouped by the `reply_to` of their ops (ops without one are left out): one
+    `git_ops_landed` signal per listener, from the push activity or the batcher."""
+    reply_to = {op.id: op.reply_to for op in ops}
+    by_listener: dict[str, list[OpOutcome]] = {}
+    for outcome in outcomes:
+        listener = reply_to.get(outcome.op_id)
+        if listener:
+            by_listener.setdefault(listener, []).append(outcome)
+    return by_listener
+
+
 @dataclass
 class PushBatchInput:
     """Input of the `push_batch` activity: apply the ops in order, then one `git push`."""
