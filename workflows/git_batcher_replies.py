@@ -66,14 +66,15 @@ class Replies:
     async def notify(self, batch: GitBatch) -> None:
         """Signal `git_ops_landed` to every op's `reply_to`, one listener after another (the way of
         runs started before `send_in_background`); a vanished listener never blocks us."""
-        await self._signal_outcomes(batch.id, _by_listener(batch))
+        await self._signal_outcomes(batch.id, outcomes_by_listener(batch.ops, batch.outcomes))
 
     def send_in_background(self, batch: GitBatch, told: set[str] = frozenset()) -> None:
         """Start signalling the batch's listeners, all at once, except those the push activity
         has `told`, and return: the caller runs the next batch meanwhile. Call `settle` before
         the run ends."""
         previous = self._sending
-        by_listener = {listener: outcomes for listener, outcomes in _by_listener(batch).items() if listener not in told}
+        grouped = outcomes_by_listener(batch.ops, batch.outcomes)
+        by_listener = {listener: outcomes for listener, outcomes in grouped.items() if listener not in told}
         if not by_listener:
             return
 
@@ -102,9 +103,6 @@ class Replies:
         except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
             workflow.logger.warning("could not tell %s about %s: %s", listener, batch_id or "a refused op", err)
 
-
-def _by_listener(batch: GitBatch) -> dict[str, list[OpOutcome]]:
-    return outcomes_by_listener(batch.ops, batch.outcomes)
 
 
 class BatchWaits:
