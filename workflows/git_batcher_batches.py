@@ -183,7 +183,7 @@ class BatchingMixin:
         if self._replies_in_background:
             self._replies.send_in_background(batch, told)
         else:
-            await self._replies.notify(batch)
+            await self._replies.notify(batch, told)
 
     def _count(self, result: PushBatchOutput) -> None:
         stats = self.s.stats

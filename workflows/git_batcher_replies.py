@@ -63,18 +63,18 @@ class Replies:
                 by_listener.setdefault(listener, []).append(outcome)
             await self._signal_outcomes("", by_listener)
 
-    async def notify(self, batch: GitBatch) -> None:
-        """Signal `git_ops_landed` to every op's `reply_to`, one listener after another (the way of
-        runs started before `send_in_background`); a vanished listener never blocks us."""
-        await self._signal_outcomes(batch.id, outcomes_by_listener(batch.ops, batch.outcomes))
+    async def notify(self, batch: GitBatch, told: set[str] = frozenset()) -> None:
+        """Signal `git_ops_landed` to every op's `reply_to` the push activity has not `told`, one
+        listener after another (the way of runs started before `send_in_background`); a vanished
+        listener never blocks us."""
+        await self._signal_outcomes(batch.id, _untold(batch, told))
 
     def send_in_background(self, batch: GitBatch, told: set[str] = frozenset()) -> None:
         """Start signalling the batch's listeners, all at once, except those the push activity
         has `told`, and return: the caller runs the next batch meanwhile. Call `settle` before
         the run ends."""
         previous = self._sending
-        grouped = outcomes_by_listener(batch.ops, batch.outcomes)
-        by_listener = {listener: outcomes for listener, outcomes in grouped.items() if listener not in told}
+        by_listener = _untold(batch, told)
         if not by_listener:
             return
 
@@ -103,6 +103,11 @@ class Replies:
         except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
             workflow.logger.warning("could not tell %s about %s: %s", listener, batch_id or "a refused op", err)
 
+
+def _untold(batch: GitBatch, told: set[str]) -> dict[str, list[OpOutcome]]:
+    """The batch's outcomes by listener, without the listeners the push activity has told."""
+    grouped = outcomes_by_listener(batch.ops, batch.outcomes)
+    return {listener: outcomes for listener, outcomes in grouped.items() if listener not in told}
 
 
 class BatchWaits:
