@@ -161,9 +161,19 @@ async def test_a_second_running_board_on_the_same_branches_is_refused_naming_the
         assert first.id in message and "task/B" in message and "still running" in message, message
         gate.touch()
         assert all(t.landed for t in (await first.result()).tasks)
-        # a later run of the same board, once the first is done, is fine
+        # a later run of the same board, once the first is done, is fine; its pushes wait at the
+        # remote until both tasks are done, so the run is seen waiting for its landings
+        held = tmp_path / "held"
+        git_remote.install_hook("update", f'while [ ! -e "{held}" ]; do sleep 0.05; done\nexit 0\n')
         later = await start_board(client, board(["B", "C"]), str(git_remote.clone), task_queue=task_queue,
                                   git_max_batch_age_seconds=0.2)
+
+        async def waiting_to_land():
+            counts = (await progress(later)).counts
+            assert counts["succeeded"] == 2 and counts["running"] == 0 and counts["landed"] == 0, counts
+
+        await eventually(waiting_to_land, timeout=60)
+        held.touch()
         assert all(t.landed for t in (await later.result()).tasks)
         history = await later.fetch_history()
         save_history("orchestrator_claims_and_verified_landing", history.to_json())
