@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from taskfleet.activities.task_runner import task_file_stem
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.converter import DataConverter
 
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.boards import parse_markdown_board
@@ -162,7 +163,7 @@ async def test_a_second_running_board_on_the_same_branches_is_refused_naming_the
         gate.touch()
         assert all(t.landed for t in (await first.result()).tasks)
         # a later run of the same board, once the first is done, is fine; its pushes wait at the
-        # remote until both tasks are done, so the run is seen waiting for its landings
+        # remote until the run waits for its landings under the land timeout
         held = tmp_path / "held"
         git_remote.install_hook("update", f'while [ ! -e "{held}" ]; do sleep 0.05; done\nexit 0\n')
         later = await start_board(client, board(["B", "C"]), str(git_remote.clone), task_queue=task_queue,
@@ -171,17 +172,20 @@ async def test_a_second_running_board_on_the_same_branches_is_refused_naming_the
         async def waiting_to_land():
             counts = (await progress(later)).counts
             assert counts["succeeded"] == 2 and counts["running"] == 0 and counts["landed"] == 0, counts
+            summaries = timer_summaries(await later.fetch_history())
+            assert any(s.startswith("land timeout") for s in summaries), summaries
 
         await eventually(waiting_to_land, timeout=60)
         held.touch()
         assert all(t.landed for t in (await later.result()).tasks)
-        history = await later.fetch_history()
-        save_history("orchestrator_claims_and_verified_landing", history.to_json())
-    summaries = [
-        client.data_converter.payload_converter.from_payload(e.user_metadata.summary, str)
-        for e in history.events if e.HasField("timer_started_event_attributes") and e.HasField("user_metadata")
-    ]
-    assert any(s.startswith("land timeout") for s in summaries), summaries
+        save_history("orchestrator_claims_and_verified_landing", (await later.fetch_history()).to_json())
+
+
+def timer_summaries(history) -> list[str]:
+    """The summaries of the timers a workflow started, as the Web UI shows them."""
+    convert = DataConverter.default.payload_converter.from_payload
+    return [convert(e.user_metadata.summary, str) for e in history.events
+            if e.HasField("timer_started_event_attributes") and e.HasField("user_metadata")]
 
 
 async def test_executor_that_switches_branch_still_lands_its_work_on_the_task_branch(

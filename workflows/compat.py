@@ -66,6 +66,11 @@ Items (in the order a reader meets them):
 - `result_from_memory`: a small run builds its result from the outcomes it recorded instead of
   reading them back. Old path: orchestrator_inline_paged. Marker: most later orchestrator
   histories.
+- `cancel_survives_signals`: a cancel that arrives while an orchestrator or a Claude task awaits
+  its own signal to another workflow stops it once the signal is settled; before, the signal took
+  the cancel and the workflow went on as if none had come. Asked only on that path (a cancel came
+  during a signal), so only such runs carry the marker. Old path and marker: none recorded (a
+  race a recording does not take on purpose).
 - `landed_commit`: an outcome from a worker that predates `branch_commit` gives a push's branch
   commit in `commit`. Not a patch: read from the payload. Old path: orchestrator_nine_tasks,
   orchestrator_llm_three, orchestrator_cancel_while_landing,
@@ -86,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_BOARD_PAGES,
         PATCH_CAN_BETWEEN_STEPS,
         PATCH_CAN_UNDER_LOAD,
+        PATCH_CANCEL_SURVIVES_SIGNALS,
         PATCH_CLAIM_BRANCHES,
         PATCH_DEFAULT_BASE,
         PATCH_LOCAL_RECORD,
@@ -158,6 +164,10 @@ def outcomes_recorded_locally() -> bool:
 
 def result_from_memory() -> bool:
     return workflow.patched(PATCH_RESULT_FROM_MEMORY)
+
+
+def cancel_survives_signals() -> bool:
+    return workflow.patched(PATCH_CANCEL_SURVIVES_SIGNALS)
 
 
 def landed_commit(outcome: OpOutcome) -> str:

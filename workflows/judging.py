@@ -22,6 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.review import JudgeTally, TaskStage
     from taskfleet.core.names import ACTIVITY_JUDGE_COMMAND, ACTIVITY_LAND_TASK, JUDGE_WORKFLOW, SIGNAL_TASK_STAGE
 
+from taskfleet.workflows.signals_out import send_signal
+
 JUDGE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
                           maximum_attempts=3, non_retryable_error_types=["BadTaskSetup", "TemplateError"])
 LAND_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
@@ -91,8 +93,8 @@ def with_judging(result: TaskResult, total: JudgeTally, verdict: str, by_claude:
 async def report_stage(task_input: TaskInput, stage: str, verdict: str = "") -> None:
     """Tell the orchestrator (`reply_to`) that the task moved on; never fails the task."""
     try:
-        await workflow.get_external_workflow_handle(task_input.reply_to).signal(
-            SIGNAL_TASK_STAGE, TaskStage(task_id=task_input.task.id, stage=stage, verdict=verdict))
+        await send_signal(task_input.reply_to, SIGNAL_TASK_STAGE,
+                          TaskStage(task_id=task_input.task.id, stage=stage, verdict=verdict))
     except Exception as err:  # noqa: BLE001 - a stage is for people watching; the task goes on
         workflow.logger.warning("could not report stage %s of %s: %s", stage, task_input.task.id, err)
 

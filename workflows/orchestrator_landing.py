@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.names import SIGNAL_FLUSH
 
 from taskfleet.workflows.compat import landed_commit
+from taskfleet.workflows.signals_out import send_signal
 
 # After a cancel: how long to wait for landing outcomes of ops already sent (they land anyway).
 CANCEL_LANDING_WAIT = timedelta(seconds=60)
@@ -115,7 +116,7 @@ class LandingMixin:
     async def _ask_to_flush(self) -> None:
         target = self._landing_workflow_id()
         try:
-            await workflow.get_external_workflow_handle(target).signal(SIGNAL_FLUSH)
+            await send_signal(target, SIGNAL_FLUSH)  # a cancel meanwhile is raised, not caught here
         except Exception as err:  # noqa: BLE001 - the age flush still lands them
             workflow.logger.warning("could not ask %s to flush: %s", target, err)
 

@@ -132,3 +132,6 @@ PATCH_AGE_TIMER_ON_ARRIVAL = "git-batcher-age-timer-on-arrival"
 # A git batcher sends a batch's `git_ops_landed` signals while the next batch runs (before, it
 # waited for their delivery before it scheduled the next push).
 PATCH_REPLIES_IN_BACKGROUND = "git-batcher-replies-in-background"
+# A cancel that arrives while a workflow's own signal to another workflow is in flight stops the
+# workflow once the signal is settled (before, the signal took the cancel and the workflow went on).
+PATCH_CANCEL_SURVIVES_SIGNALS = "taskfleet-cancel-survives-signals"
