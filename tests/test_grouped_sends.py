@@ -65,13 +65,19 @@ async def test_each_batcher_has_its_own_signal_in_flight() -> None:
     assert sorted(send.sent) == [["a1"], ["b1"]]
 
 
-async def test_a_failed_send_fails_each_op_it_carried_and_the_next_send_goes_on() -> None:
-    box, send = LandingOutbox(), Sender()
+async def _one_in_flight_two_waiting(box: LandingOutbox, send: Sender) -> list[asyncio.Task]:
+    """Op t1's send in flight to one batcher, t2 and t3 waiting behind it for the next send."""
     first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send))
     await asyncio.wait_for(send.started.wait(), 5)
     second = asyncio.create_task(box.send("batcher-a", {"id": "t2"}, send))
     third = asyncio.create_task(box.send("batcher-a", {"id": "t3"}, send))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # both reach the outbox (a task runs to its first wait when the loop turns)
+    return [first, second, third]
+
+
+async def test_a_failed_send_fails_each_op_it_carried_and_the_next_send_goes_on() -> None:
+    box, send = LandingOutbox(), Sender()
+    first, second, third = await _one_in_flight_two_waiting(box, send)
     send.finish(RuntimeError("server unavailable"))
     with pytest.raises(RuntimeError, match="server unavailable"):
         await asyncio.wait_for(first, 5)
@@ -89,11 +95,7 @@ async def test_a_failed_send_fails_each_op_it_carried_and_the_next_send_goes_on(
 
 async def test_the_op_of_a_task_cancelled_before_its_send_stays_home() -> None:
     box, send = LandingOutbox(), Sender()
-    first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send))
-    await asyncio.wait_for(send.started.wait(), 5)
-    cancelled = asyncio.create_task(box.send("batcher-a", {"id": "t2"}, send))
-    kept = asyncio.create_task(box.send("batcher-a", {"id": "t3"}, send))
-    await asyncio.sleep(0)
+    first, cancelled, kept = await _one_in_flight_two_waiting(box, send)
     cancelled.cancel()
     send.finish()
     await asyncio.wait_for(first, 5)
