@@ -17,7 +17,10 @@ from tests.conftest import eventually, free_port
 pytestmark = pytest.mark.slow  # starts a server of its own
 
 
-async def test_a_server_whose_database_is_held_starts_once_it_is_released(tmp_path: Path):
+@pytest.mark.parametrize("old_server_logging", [False, True], ids=["quiet", "old-server-still-logging"])
+async def test_a_server_whose_database_is_held_starts_once_it_is_released(tmp_path: Path, old_server_logging: bool):
+    """With `old_server_logging`, the holder keeps writing into the same log (as a server shutting
+    down does), so the refusal is never among the log's last lines."""
     state = tmp_path / "state"
     config = load_connect_config(f"127.0.0.1:{free_port()}", "default")
 
@@ -29,9 +32,10 @@ async def test_a_server_whose_database_is_held_starts_once_it_is_released(tmp_pa
     assert await session() is True  # the server's database, made by a first run
     holder = sqlite3.connect(state / "temporal.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # what a server still closing the file holds
+    log = state / "temporal-server.log"
+    chatter = asyncio.create_task(_keep_logging(log)) if old_server_logging else None
     started = asyncio.create_task(session())
     try:
-        log = state / "temporal-server.log"
 
         async def refused_while_held() -> None:
             assert log.exists() and DATABASE_BUSY in log.read_text(errors="replace"), "not refused yet"
@@ -41,4 +45,14 @@ async def test_a_server_whose_database_is_held_starts_once_it_is_released(tmp_pa
     finally:
         holder.execute("COMMIT")
         holder.close()
+        if chatter is not None:
+            chatter.cancel()
     assert await asyncio.wait_for(started, 60) is True
+
+
+async def _keep_logging(log: Path) -> None:
+    """Lines a server that is shutting down writes into the log it shares with its replacement."""
+    while True:
+        with open(log, "a") as out:
+            out.write('time=now level=WARN msg="Failed to poll for task." service=worker\n')
+        await asyncio.sleep(0.002)  # a steady stream of lines, not synchronization

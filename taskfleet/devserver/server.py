@@ -59,6 +59,8 @@ class DevServer:
     db_file: Path
     log_file: Path
     process: subprocess.Popen | None = None
+    # Where this start's output begins in the log (it is appended to across starts).
+    log_offset: int = 0
 
     @property
     def address(self) -> str:
@@ -88,6 +90,7 @@ class DevServer:
             *dev_server_flags(),
         ]
         with open(self.log_file, "ab") as log:
+            self.log_offset = log.seek(0, os.SEEK_END)
             self.process = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
@@ -98,14 +101,20 @@ class DevServer:
             )
 
     def exited_early(self) -> str | None:
-        """If the process already died, the tail of its log, to explain why."""
+        """If the process already died, why: its `Error:` line, else the last lines it logged.
+
+        Only this start's output is read; a server it replaces may still be logging into the same
+        file as it shuts down, after the line that says why this one stopped."""
         if self.process is None or self.process.poll() is None:
             return None
         try:
-            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-3:]
+            with open(self.log_file, "rb") as log:
+                log.seek(self.log_offset)
+                lines = log.read().decode(errors="replace").strip().splitlines()
         except OSError:
-            tail = []
-        return " | ".join(tail) or f"exit code {self.process.returncode}"
+            lines = []
+        errors = [line for line in lines if line.startswith("Error:")]
+        return " | ".join(errors or lines[-3:]) or f"exit code {self.process.returncode}"
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after `timeout`; waits so no process is left behind."""
