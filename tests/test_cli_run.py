@@ -157,3 +157,24 @@ async def test_small_mistakes_on_the_command_line_are_one_line_each(server_addre
         assert ran.returncode == 0, ran.stderr
     again = await cli(server_address, "cancel", f"ended-{task_queue}", task_queue=task_queue)
     assert again.returncode == 1 and "nothing to cancel" in again.stderr and "COMPLETED" in again.stderr
+
+
+async def test_status_exits_as_run_does_and_takes_connection_flags_after_the_command(
+        server_address, task_queue, make_worker, git_remote, tmp_path):
+    """0 while nothing failed, 1 once a task failed, 2 when the run cannot be asked about; the
+    connection flags work after the command as well as before it."""
+    board = tmp_path / "mixed.toml"
+    board.write_text('name = "mixed"\nrun = "true"\n[[tasks]]\nid = "good"\nverify = "true"\n'
+                     '[[tasks]]\nid = "bad"\nverify = "false"\n')
+    async with make_worker():
+        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
+                        "--id", f"mixed-{task_queue}", task_queue=task_queue)
+    assert ran.returncode == 1, ran.stderr
+    after = python_cmd("-m", "taskfleet.cli", "status", f"mixed-{task_queue}", "--address", server_address,
+                       "--task-queue", task_queue)
+    shown = subprocess.run(after, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert shown.returncode == 1, shown.stderr
+    assert "COMPLETED" in shown.stdout and "1 failed" in shown.stdout
+    missing = await cli(server_address, "status", f"nothing-{task_queue}", "--json", task_queue=task_queue)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert json.loads(missing.stdout)["error"].startswith(f"no run nothing-{task_queue}")

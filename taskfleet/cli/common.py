@@ -1,15 +1,17 @@
-"""What every `taskfleet` command shares: connecting, JSON output."""
+"""What every `taskfleet` command shares: connecting, its flags, JSON output."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from temporalio.client import Client
 
 from taskfleet.clients.connection import connect, load_connect_config
+from taskfleet.core.names import DEFAULT_TASK_QUEUE
 
 
 def to_json(value: Any) -> str:
@@ -25,3 +27,43 @@ def examples(*commands: str) -> dict[str, Any]:
     (tests/test_cli_help.py parses every one of them with the real parser)."""
     text = "examples:\n" + "\n".join(f"  {command}" for command in commands)
     return {"epilog": text, "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
+def add_connection_flags(parser: argparse.ArgumentParser, after_command: bool) -> None:
+    """`--address`, `--namespace`, `--task-queue`: given before the command (where the defaults are
+    set) or after it (where a flag left out must not overwrite what was given before)."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if after_command else value
+
+    parser.add_argument("--address", default=default(None),
+                        help="Temporal host:port (default: TEMPORAL_ADDRESS, a config profile, or localhost:7233)")
+    parser.add_argument("--namespace", default=default(None),
+                        help="Temporal namespace (default: TEMPORAL_NAMESPACE, a config profile, or default)")
+    parser.add_argument("--task-queue", default=default(os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)),
+                        help="the task queue taskfleet's workers poll (env TASKFLEET_TASK_QUEUE; default taskfleet)")
+
+
+def add_clone_flags(parser: argparse.ArgumentParser) -> None:
+    """The clone a git batcher or merge queue serves: its path on the worker and its remote."""
+    parser.add_argument("--repo", required=True, help="path of the clone, as the worker sees it")
+    parser.add_argument("--remote", default="origin", help="the remote it lands on (default origin)")
+
+
+def add_batch_flags(parser: argparse.ArgumentParser, max_batch: int, max_wait: float, what: str,
+                    old_names: tuple[str, str] | None = None) -> None:
+    """The two settings every batching workflow has, under one name each (`git` and `queue` alike);
+    they only matter to the call that starts the workflow. `old_names` stay accepted, unlisted."""
+    parser.add_argument("--max-batch", type=int, default=max_batch,
+                        help=f"at most this many {what} per batch, if this starts it (default {max_batch})")
+    parser.add_argument("--max-wait-seconds", type=float, default=max_wait,
+                        help=f"the longest the oldest of the {what} waits for a batch, if this starts it "
+                             f"(default {max_wait:g})")
+    if old_names:
+        parser.add_argument(old_names[0], dest="max_batch", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        parser.add_argument(old_names[1], dest="max_wait_seconds", type=float, default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS)
+
+
+def add_json_flag(parser: argparse.ArgumentParser, what: str = "the answer") -> None:
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")

@@ -1,4 +1,4 @@
-"""`taskfleet git enqueue|flush|status|id`: drive a clone's `GitBatchWorkflow`."""
+"""`taskfleet git enqueue|flush|retry|status|id`: drive a clone's `GitBatchWorkflow`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from taskfleet.cli.common import client_for, to_json, examples
+from taskfleet.cli.common import add_batch_flags, add_clone_flags, add_json_flag, client_for, examples, to_json
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
@@ -21,12 +21,12 @@ from taskfleet.core.models.git_batch import BatchResult, GitBatchConfig, GitBatc
 
 
 def _batcher(args: argparse.Namespace, client: Client) -> GitBatcherClient:
-    config = GitBatchConfig(
+    config = GitBatchConfig(  # the batch settings matter only to a call that starts the batcher
         repo=os.path.abspath(args.repo),
         remote=args.remote,
-        max_batch_size=args.max_batch_size,
-        max_batch_age_seconds=args.max_batch_age_seconds,
-        atomic=args.atomic,
+        max_batch_size=getattr(args, "max_batch", 10),
+        max_batch_age_seconds=getattr(args, "max_wait_seconds", 5.0),
+        atomic=getattr(args, "atomic", False),
     )
     return GitBatcherClient(client, config, args.task_queue)
 
@@ -41,7 +41,7 @@ def _op_from_args(args: argparse.Namespace) -> GitOp | dict[str, Any]:
         return raw
     return GitOp(
         op_type=args.op_type,
-        branch=args.branch or "",
+        branch=args.branch_arg or args.branch,
         id=args.id or "",
         message=args.message or "",
         files=args.file or [],
@@ -69,6 +69,18 @@ async def git_enqueue(args: argparse.Namespace) -> int:
         await gb.enqueue(op)
         print(f"sent to {gb.workflow_id} (see `taskfleet git status --repo {args.repo}` for its fate)")
     return 0
+
+
+async def git_retry(args: argparse.Namespace) -> int:
+    client = await client_for(args)
+    gb = _batcher(args, client)
+    try:
+        result = await served(client, gb.workflow_id, gb.retry(args.batch_id), "the retry")
+    except WorkflowUpdateFailedError as err:
+        print(f"taskfleet: retry refused: {getattr(err.cause, 'message', None) or err.cause}", file=sys.stderr)
+        return 1
+    print(to_json(result) if args.json else format_batch_result(result))
+    return 0 if result.status != "failed" else 1
 
 
 async def git_flush(args: argparse.Namespace) -> int:
@@ -150,44 +162,50 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         dest="git_command", required=True
     )
 
-    def target(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--repo", required=True, help="path of the clone on the worker")
-        p.add_argument("--remote", default="origin")
-        p.add_argument("--max-batch-size", type=int, default=10, help="used if this starts the batcher")
-        p.add_argument("--max-batch-age-seconds", type=float, default=5.0)
-        p.add_argument("--atomic", action="store_true", help="refs of a batch move together")
-
     enqueue = git.add_parser("enqueue", help="queue one op (starts the batcher if needed)", **examples(
-        "taskfleet git enqueue --repo /srv/clone --op-type push --branch feature/a",
-        "taskfleet git enqueue --repo /srv/clone --op-type merge --branch feature/a --target main --wait",
-        "taskfleet git enqueue --repo /srv/clone --op-type commit --worktree /srv/wt --branch feature/a --message 'fix: typo'"))
-    target(enqueue)
-    enqueue.add_argument("--op-type", choices=["commit", "push", "merge"], default="push")
-    enqueue.add_argument("--branch")
-    enqueue.add_argument("--message")
-    enqueue.add_argument("--file", action="append", help="file to stage (repeat); default: all changes")
+        "taskfleet git enqueue feature/a --repo /srv/clone",
+        "taskfleet git enqueue feature/a --repo /srv/clone --op-type merge --target main --wait",
+        "taskfleet git enqueue feature/a --repo /srv/clone --op-type commit --worktree /srv/wt --message 'fix: typo'"))
+    enqueue.add_argument("branch_arg", nargs="?", metavar="branch",
+                         help="the branch the op lands (push, merge) or commits on")
+    enqueue.add_argument("--branch", default="", help=argparse.SUPPRESS)  # the older spelling
+    add_clone_flags(enqueue)
+    enqueue.add_argument("--op-type", choices=["commit", "push", "merge"], default="push",
+                         help="push the branch, merge it into --target, or commit a worktree's changes (default push)")
+    enqueue.add_argument("--message", help="commit: the commit message")
+    enqueue.add_argument("--file", action="append", help="commit: a file to stage (repeat); default: all changes")
     enqueue.add_argument("--worktree", help="commit: where the changes are")
-    enqueue.add_argument("--target", help="merge: branch merged into (default: remote's default)")
+    enqueue.add_argument("--target", help="merge: the branch merged into (default: the remote's default branch)")
     enqueue.add_argument("--id", help="op id; a repeated id is ignored")
-    enqueue.add_argument("--reply-to", help="workflow id told the outcome (git_ops_landed)")
+    enqueue.add_argument("--reply-to", help="workflow id told the outcome (signal git_ops_landed)")
     enqueue.add_argument("--op-json", help="the whole op as a JSON object instead of flags")
     enqueue.add_argument("--wait", action="store_true", help="use the submit update: wait for accept/refuse")
+    add_batch_flags(enqueue, 10, 5.0, "ops", old_names=("--max-batch-size", "--max-batch-age-seconds"))
+    enqueue.add_argument("--atomic", action="store_true",
+                         help="the refs of a batch move together or not at all, if this starts the batcher")
     enqueue.set_defaults(func=git_enqueue)
 
     flush = git.add_parser("flush", help="land what is queued now", **examples(
         "taskfleet git flush --repo /srv/clone --wait", "taskfleet git flush --repo /srv/clone --remote upstream --json"))
-    target(flush)
+    add_clone_flags(flush)
     flush.add_argument("--wait", action="store_true", help="use flush_now: wait for the push and print outcomes")
-    flush.add_argument("--json", action="store_true")
+    add_json_flag(flush, "the outcomes (with --wait)")
     flush.set_defaults(func=git_flush)
+
+    retry = git.add_parser("retry", help="try a failed batch again and print its outcomes", **examples(
+        "taskfleet git retry batch-7 --repo /srv/clone"))
+    retry.add_argument("batch_id", help="a failed batch's id, as `git status` lists it")
+    add_clone_flags(retry)
+    add_json_flag(retry, "the outcomes")
+    retry.set_defaults(func=git_retry)
 
     status = git.add_parser("status", help="queue, batches, failures, rejections and stats", **examples(
         "taskfleet git status --repo /srv/clone", "taskfleet git status --repo /srv/clone --json"))
-    target(status)
-    status.add_argument("--json", action="store_true")
+    add_clone_flags(status)
+    add_json_flag(status, "the status")
     status.set_defaults(func=git_status)
 
     ident = git.add_parser("id", help="print the batcher's workflow id for a clone and remote", **examples(
         "taskfleet git id --repo /srv/clone", "taskfleet git id --repo /srv/clone --remote upstream"))
-    target(ident)
+    add_clone_flags(ident)
     ident.set_defaults(func=git_id)

@@ -70,13 +70,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "taskfleet lessons query --task-type lib --limit 5",
         "taskfleet lessons query --activity-type judge --most-frequent --json",
         "taskfleet lessons query --similar-to 'ImportError: cannot import name'"))
-    for name in ("task-type", "activity-type", "failure-type", "pattern", "similar-to", "seen-after", "seen-before"):
-        q.add_argument(f"--{name}")
-    q.add_argument("--most-frequent", action="store_true")
-    q.add_argument("--limit", type=int, default=20)
-    q.add_argument("--json", action="store_true")
+    for name, what in (("task-type", "the kind of task (a board's task_type)"),
+                       ("activity-type", "the kind of step: implement, judge, plan, queue, ..."),
+                       ("failure-type", "verify_failed, exec_failed, timeout, conflict, flaky, ..."),
+                       ("pattern", "a failure message, matched exactly once numbers, hashes and temp paths are stripped"),
+                       ("similar-to", "text the failure message resembles (ranked by BM25)"),
+                       ("seen-after", "last seen at or after this ISO date or time"),
+                       ("seen-before", "last seen before this ISO date or time")):
+        q.add_argument(f"--{name}", help=what)
+    q.add_argument("--most-frequent", action="store_true", help="most seen first (default: most recent first)")
+    q.add_argument("--limit", type=int, default=20, help="at most this many lessons (default 20)")
+    q.add_argument("--json", action="store_true", help="print the matches as JSON")
     q.set_defaults(func=lessons)
     stats = ls.add_parser("stats", help="size of the index, malformed lines, build time", **examples(
         "taskfleet lessons stats", "taskfleet lessons stats --json"))
-    stats.add_argument("--json", action="store_true")
+    stats.add_argument("--json", action="store_true", help="print the stats as JSON")
     stats.set_defaults(func=lessons)

@@ -10,25 +10,35 @@ import sys
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+import taskfleet
 from taskfleet.cli import demo, git, lessons, plan, queue
 from taskfleet.cli import run as board_commands
+from taskfleet.cli.common import add_connection_flags
 from taskfleet.clients.connection import StartupError
-from taskfleet.core.names import DEFAULT_TASK_QUEUE
 
 # --- entry point ---------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taskfleet", description=__doc__)
-    parser.add_argument("--address", help="Temporal host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
-    parser.add_argument("--namespace", help="Temporal namespace (default: TEMPORAL_NAMESPACE or default)")
-    parser.add_argument(
-        "--task-queue", default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)
-    )
+    parser.add_argument("--version", action="version", version=f"taskfleet {taskfleet.__version__}")
+    add_connection_flags(parser, after_command=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (git, queue, board_commands, plan, lessons, demo):
         group.add_commands(sub)
+    for command in leaf_commands(parser).values():  # `taskfleet status X --address H` as well
+        add_connection_flags(command, after_command=True)
     return parser
+
+
+def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every command that takes no further subcommand, by its words (`("git", "enqueue")`)."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.update(leaf_commands(sub, path + (name,)))
+    return found or {path: parser}
 
 
 def _one_line(err: BaseException) -> str:

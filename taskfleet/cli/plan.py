@@ -1,8 +1,9 @@
 """`taskfleet plan "GOAL" --repo PATH`: Claude writes a board for a goal; `--run` starts it at once.
 
-The plan is a `PlannerWorkflow` on a worker of the task queue. Without `ANTHROPIC_API_KEY` here (or
-with `--offline`) it runs instead on a worker inside this command, talking to the bundled offline
-stand-in (canned answers, no model), on the server at `--address` or the embedded dev server.
+The plan is a `PlannerWorkflow` on a worker of the task queue, which calls Claude with its own
+`ANTHROPIC_API_KEY` (this command's environment does not matter). With `--offline` it runs instead on a
+worker inside this command, talking to the bundled offline stand-in (canned answers, no model), on
+the server at `--address` or the embedded dev server.
 """
 
 from __future__ import annotations
@@ -92,11 +93,10 @@ async def plan(args: argparse.Namespace) -> int:
     except InvalidPlanInput as err:
         print(f"taskfleet: plan refused: {err}", file=sys.stderr)
         return 2
-    offline = args.offline or not os.environ.get("ANTHROPIC_API_KEY")
+    offline = args.offline
     if offline:
-        print("taskfleet: " + ("--offline" if args.offline else "ANTHROPIC_API_KEY is not set here") +
-              ", so this plan uses the bundled OFFLINE STAND-IN on a worker inside this command: no model is "
-              "called and its board is canned", file=sys.stderr, flush=True)
+        print("taskfleet: --offline, so this plan uses the bundled OFFLINE STAND-IN on a worker inside this "
+              "command: no model is called and its board is canned", file=sys.stderr, flush=True)
     async with (_offline(args) if offline else _online(args)) as planning:
         code = await _plan_and_run(args, request, planning)
     return code
@@ -162,10 +162,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", action="store_true", help="start the board at once (as `taskfleet run` would)")
     p.add_argument("--base", default=None,
                    help="the branch the tasks start from (default: the remote's default branch)")
-    p.add_argument("--remote", default="origin")
+    p.add_argument("--remote", default="origin", help="the remote the board's tasks land on (default origin)")
     p.add_argument("--model", help="Claude model id (default: the worker's TASKFLEET_MODEL)")
     p.add_argument("--batch", action="store_true", help="send the request in a Message Batch (half price, slower)")
-    p.add_argument("--offline", action="store_true", help="plan with the bundled offline stand-in even with a key")
+    p.add_argument("--offline", action="store_true", help="plan on a worker inside this command with the bundled "
+                   "offline stand-in (no model is called; the board is canned)")
     p.add_argument("--id", help="workflow id (default taskfleet-plan-<goal>-<random>)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (with --run: the run's result, as `run --json`)")
     p.set_defaults(func=plan)

@@ -13,7 +13,7 @@ import time
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from taskfleet.cli.common import client_for, to_json, examples
+from taskfleet.cli.common import add_batch_flags, add_clone_flags, add_json_flag, client_for, examples, to_json
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.merge_queue import MergeQueueClient, merge_queue_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
@@ -46,8 +46,10 @@ def _target(args: argparse.Namespace, repo: str) -> str:
 
 
 def _queue(args: argparse.Namespace, client: Client, repo: str) -> MergeQueueClient:
-    config = MergeQueueConfig(repo=repo, target=_target(args, repo), remote=args.remote, verify=args.verify or "",
-                              max_batch=args.max_batch, max_wait_seconds=args.max_wait_seconds)
+    # The queue's own settings matter only to a call that starts it (`add`).
+    config = MergeQueueConfig(repo=repo, target=_target(args, repo), remote=args.remote,
+                              verify=getattr(args, "verify", None) or "", max_batch=getattr(args, "max_batch", 8),
+                              max_wait_seconds=getattr(args, "max_wait_seconds", 30.0))
     return MergeQueueClient(client, config, args.task_queue)
 
 
@@ -173,30 +175,29 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
 
     def target(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--repo", required=True, help="path of the clone on the worker")
-        p.add_argument("--remote", default="origin")
+        add_clone_flags(p)
         p.add_argument("--target", help="the branch kept green (default: the remote's default branch)")
-        p.add_argument("--verify", help="command run on each merged batch (add: this entry's; also the queue's "
-                                        "default if this starts it)")
-        p.add_argument("--max-batch", type=int, default=8, help="used if this starts the queue")
-        p.add_argument("--max-wait-seconds", type=float, default=30.0, help="used if this starts the queue")
 
     add = group.add_parser("add", help="queue a branch (its current commit) to land on the target", **examples(
         "taskfleet queue add feature/a --repo /srv/clone --verify 'make test'",
         "taskfleet queue add feature/b --repo /srv/clone --target release --wait"))
-    add.add_argument("branch")
+    add.add_argument("branch", help="the branch to land (its commit in the clone, or on the remote)")
     target(add)
+    add.add_argument("--verify", help="command run on each merged batch holding this entry (also the queue's "
+                                      "default, if this starts the queue)")
+    add_batch_flags(add, 8, 30.0, "entries")
     add.add_argument("--commit", help="the commit to land (default: the branch's commit in the clone)")
     add.add_argument("--id", help="entry id (default: given by the queue); a repeated id is ignored")
     add.add_argument("--reply-to", help="workflow id told the outcome (signal queue_outcomes)")
     add.add_argument("--wait", action="store_true", help="wait for the outcome and print it (exit 1 unless landed)")
-    add.add_argument("--wait-timeout", type=float, default=3600.0)
+    add.add_argument("--wait-timeout", type=float, default=3600.0,
+                     help="with --wait: give up after this many seconds (default 3600; exit 1)")
     add.set_defaults(func=queue_add)
 
     status = group.add_parser("status", help="queued entries, the batch in flight, recent outcomes and stats", **examples(
         "taskfleet queue status --repo /srv/clone", "taskfleet queue status --repo /srv/clone --target release --json"))
     target(status)
-    status.add_argument("--json", action="store_true")
+    add_json_flag(status, "the status")
     status.set_defaults(func=queue_status)
 
     flush = group.add_parser("flush", help="start batches now for everything queued", **examples(

@@ -279,7 +279,7 @@ async def run_board(args: argparse.Namespace) -> int:
             print(_summary(result, handle.id), flush=True)
     except RunStoreError as err:
         print(f"\ntaskfleet: {handle.id} finished, but its outcomes cannot be read from here: {err}", file=sys.stderr)
-        return 1
+        return 2
     return 0 if run_succeeded(result) else 1
 
 
@@ -310,10 +310,13 @@ async def status(args: argparse.Namespace) -> int:
         description = await handle.describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            print(f"taskfleet: no run {args.workflow_id} in namespace {client.namespace}", file=sys.stderr)
+            reason = f"no run {args.workflow_id} in namespace {client.namespace}"
         else:
-            print(f"taskfleet: cannot describe {args.workflow_id}: {err.message}", file=sys.stderr)
-        return 1
+            reason = f"cannot describe {args.workflow_id}: {err.message}"
+        print(f"taskfleet: {reason}", file=sys.stderr)
+        if args.json:
+            _print_json({"workflow_id": args.workflow_id, "error": reason})
+        return 2
     state = description.status.name if description.status else "UNKNOWN"
     result: OrchestratorResult | None = None
     if description.status == WorkflowExecutionStatus.COMPLETED:
@@ -326,7 +329,7 @@ async def status(args: argparse.Namespace) -> int:
             print(f"{args.workflow_id}: RUNNING, but no worker answered its progress query within "
                   f"{args.query_timeout:.0f}s (is a worker polling {description.task_queue}?): {err.message}",
                   file=sys.stderr)
-            return 1
+            return 2
     else:
         # Cancelled, failed, terminated: no result, but a worker answers the query from the
         # history, so what ran and what landed is still shown.
@@ -344,8 +347,8 @@ async def status(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         except RunStoreError as err:
             print(f"\ntaskfleet: {args.workflow_id}: its outcomes cannot be read from here: {err}", file=sys.stderr)
-            return 1
-        return _status_exit(description.status)
+            return 2
+        return _status_exit(description.status, p)
     print(f"{args.workflow_id}: {state}")
     print(progress_line(p, p.total or len(p.tasks)))
     if result is not None:
@@ -354,7 +357,7 @@ async def status(args: argparse.Namespace) -> int:
         for t in p.tasks:
             print(f"  {t.id:<20} {t.status:<10} {t.stage:<12} {('verdict ' + t.verdict) if t.verdict else '':<16} "
                   f"{'landed' if t.landed else ''}".rstrip())
-    return _status_exit(description.status)
+    return _status_exit(description.status, p)
 
 
 def _unanswered(state: str) -> dict[str, Any]:
@@ -362,9 +365,12 @@ def _unanswered(state: str) -> dict[str, Any]:
     return {"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0}
 
 
-def _status_exit(status: WorkflowExecutionStatus | None) -> int:
-    """0 for a run that is running or completed; 1 for one that closed without a result."""
-    return 0 if status in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.RUNNING) else 1
+def _status_exit(status: WorkflowExecutionStatus | None, p: OrchestratorProgress) -> int:
+    """As `run` exits: 0 while no task failed or was cancelled (a run still going, or one that
+    completed), 1 once one did or when the run closed without a result; 2 is for not being able to ask."""
+    if status not in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.RUNNING):
+        return 1
+    return 1 if p.counts.get("failed", 0) or p.counts.get("cancelled", 0) else 0
 
 
 async def _closed_progress(handle: WorkflowHandle, timeout: float) -> OrchestratorProgress | None:
@@ -401,18 +407,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "taskfleet run board.toml --repo /srv/clone --no-check --json"))
     run.add_argument("board", help="tasks/board-*.md or a .toml board")
     run.add_argument("--repo", required=True, help="the clone the tasks branch from (path on the worker)")
-    run.add_argument("--remote", default="origin")
-    run.add_argument("--max-parallel", type=int, default=None)
-    run.add_argument("--run", help="executor command for a markdown board")
-    run.add_argument("--verify", help="verification command for a markdown board")
-    run.add_argument("--base", help="base branch (markdown board; default: the remote's default branch)")
+    run.add_argument("--remote", default="origin", help="the remote tasks land on (default origin)")
+    run.add_argument("--max-parallel", type=int, default=None, help="at most this many tasks at once "
+                     "(overrides the board's max_parallel; default 4)")
+    run.add_argument("--run", help="the executor command of every task (overrides the board's run)")
+    run.add_argument("--verify", help="the verification command (overrides the board's verify; a markdown "
+                     "task's own Verification cell still wins)")
+    run.add_argument("--base", help="the branch tasks start from (overrides the board's base; default: the "
+                     "remote's default branch)")
     run.add_argument("--land", choices=["push", "merge", "queue"],
                      help="push task branches, merge them into base, or land them through base's merge queue")
-    run.add_argument("--implementer", choices=["anthropic"], help="markdown board: Claude makes each change")
+    run.add_argument("--implementer", choices=["anthropic"], help="Claude makes each change (overrides the "
+                     "board's implementer)")
     run.add_argument("--model", help="Claude model id for implementer anthropic (default: TASKFLEET_MODEL)")
-    run.add_argument("--judge", choices=["anthropic"], help="markdown board: Claude judges each change before it lands")
-    run.add_argument("--judge-run", metavar="CMD", help="markdown board: a judge command (diff on stdin; exit 0 "
-                     "approve, 2 revise, else reject)")
+    run.add_argument("--judge", choices=["anthropic"], help="Claude judges each change before it lands")
+    run.add_argument("--judge-run", metavar="CMD", help="a judge command (diff on stdin; exit 0 approve, 2 "
+                     "revise, else reject)")
     run.add_argument("--id", help="workflow id (default taskfleet-run-<board>-<random>)")
     run.add_argument("--json", action="store_true", help="print the result object")
     run.add_argument("--no-check", action="store_true",
@@ -421,12 +431,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     st = sub.add_parser("status", help="progress of a board run", **examples(
         "taskfleet status taskfleet-run-board-1a2b3c4d", "taskfleet status taskfleet-run-board-1a2b3c4d --json"))
-    st.add_argument("workflow_id")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("workflow_id", help="the run's workflow id, as `run` printed it")
+    st.add_argument("--json", action="store_true", help="print the status, with every task's outcome, as JSON")
     st.add_argument("--query-timeout", type=float, default=5.0, help="seconds to wait for a worker's answer")
     st.set_defaults(func=status)
 
     cn = sub.add_parser("cancel", help="cancel a board run", **examples(
         "taskfleet cancel taskfleet-run-board-1a2b3c4d"))
-    cn.add_argument("workflow_id")
+    cn.add_argument("workflow_id", help="the run's workflow id, as `run` printed it")
     cn.set_defaults(func=cancel)
