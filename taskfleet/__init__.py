@@ -2,11 +2,19 @@
 
 from typing import Any
 
-__all__ = ["TaskfleetPlugin"]
+__all__ = ["TaskfleetPlugin", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that `taskfleet.models` and friends import without pulling in every activity.
+    # Lazy, so that `taskfleet.models` and friends import without pulling in every activity, and
+    # the version is looked up only when asked (`--version`).
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("taskfleet")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            return "0+unknown"
     if name == "TaskfleetPlugin":
         from taskfleet.plugin import TaskfleetPlugin
 

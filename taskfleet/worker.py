@@ -20,6 +20,8 @@ from pathlib import Path
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
+import taskfleet
+
 from taskfleet.clients.connection import (
     StartupError,
     connect,
@@ -46,6 +48,7 @@ def _env_int(name: str, default: int) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Run the taskfleet Temporal worker.")
+    parser.add_argument("--version", action="version", version=f"taskfleet-worker {taskfleet.__version__}")
     parser.add_argument(
         "--dev",
         action="store_true",
