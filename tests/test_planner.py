@@ -72,9 +72,10 @@ async def test_the_planner_writes_a_board_taskfleet_run_accepts(client, make_wor
     standin.plans = [{"board": GOOD}]
     board = user_dir / "board.toml"
     async with make_worker():
+        # No key in the command's own environment: the worker's Claude (here the stand-in) is asked.
         done = await taskfleet(server_address, "plan", "greet the world in two files", "--repo", str(git_remote.clone),
                                "--context", "docs/*.md", "--max-tasks", "5", "-o", str(board),
-                               cwd=user_dir, task_queue=task_queue)
+                               cwd=user_dir, task_queue=task_queue, env=no_key_env())
     assert done.returncode == 0, done.stderr
     assert "planned board greetings: 2 task(s) (G1, G2) from 1 answer" in done.stderr and str(board) in done.stderr
     parsed = parse_toml_board(board.read_text(), str(board))  # the parser `taskfleet run` uses
@@ -134,10 +135,10 @@ async def test_more_tasks_than_allowed_are_refused_not_cut(client, make_worker, 
 
 
 async def test_plan_run_plans_offline_and_lands_the_board(server_address, git_remote, user_dir):
-    """No ANTHROPIC_API_KEY: the command plans on its own worker with the offline stand-in, then runs it."""
+    """--offline: the command plans on its own worker with the offline stand-in, then runs it."""
     board = user_dir / "planned.toml"
     done = await taskfleet(server_address, "plan", "write the plan notes", "--repo", str(git_remote.clone),
-                           "-o", str(board), "--run", cwd=user_dir, env=no_key_env(), timeout=180)
+                           "-o", str(board), "--run", "--offline", cwd=user_dir, env=no_key_env(), timeout=180)
     assert done.returncode == 0, done.stderr
     assert "OFFLINE STAND-IN" in done.stderr and "planned board offline-plan: 2 task(s) (P1, P2)" in done.stderr
     assert "P1" in done.stdout and "P2" in done.stdout  # the run's table
@@ -150,7 +151,7 @@ async def test_plan_run_plans_offline_and_lands_the_board(server_address, git_re
 async def test_plan_prints_the_board_on_stdout_and_refuses_a_bad_clone_in_one_line(server_address, git_remote,
                                                                                     user_dir, tmp_path):
     done = await taskfleet(server_address, "plan", "write the plan notes", "--repo", str(git_remote.clone),
-                           "--max-tasks", "1", cwd=user_dir, env=no_key_env())
+                           "--max-tasks", "1", "--offline", cwd=user_dir, env=no_key_env())
     assert done.returncode == 0, done.stderr
     assert parse_toml_board(done.stdout).tasks[0].id == "P1" and len(parse_toml_board(done.stdout).tasks) == 1
     refused = await taskfleet(server_address, "plan", "x", "--repo", str(tmp_path / "nowhere"), cwd=user_dir)
