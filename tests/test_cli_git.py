@@ -7,7 +7,7 @@ import json
 import subprocess
 
 from taskfleet.clients.git_batcher import git_batch_workflow_id
-from tests.conftest import ROOT, GitRemoteFixture, python_cmd
+from tests.conftest import ROOT, GitRemoteFixture, git, python_cmd
 
 
 async def taskfleet(address: str, task_queue: str, *args: str) -> subprocess.CompletedProcess:
@@ -49,3 +49,25 @@ async def test_cli_enqueue_flush_status(server_address, task_queue, make_worker,
         assert "pushes 1" in human.stdout
     assert fx.remote_ref("cli/one")
     assert fx.pushes() == 1
+
+
+async def test_cli_retry_lands_a_failed_batch_and_refuses_an_unknown_one(server_address, task_queue, make_worker,
+                                                                        git_remote: GitRemoteFixture, tmp_path):
+    """`git retry` sends the batcher's `retry` update: a failed batch lands once its cause is gone; an
+    id that names no failed batch is one line and exit 1."""
+    clone = tmp_path / "later-clone"
+    clone.mkdir()  # not a clone yet: the first push fails, and its batch is kept
+    repo = ["--repo", str(clone)]
+    async with make_worker():
+        sent = await taskfleet(server_address, task_queue, "git", "enqueue", "main", *repo, "--max-wait-seconds", "600")
+        assert sent.returncode == 0, sent.stderr
+        flushed = await taskfleet(server_address, task_queue, "git", "flush", *repo, "--wait", "--json")
+        assert flushed.returncode == 1
+        batch_id = json.loads(flushed.stdout)["batch_ids"][0]
+        git(tmp_path, "clone", "-q", str(git_remote.remote), str(clone))
+        retried = await taskfleet(server_address, task_queue, "git", "retry", batch_id, *repo)
+        assert retried.returncode == 0, retried.stderr
+        assert f"{batch_id}: completed" in retried.stdout
+        unknown = await taskfleet(server_address, task_queue, "git", "retry", "batch-999", *repo)
+        assert unknown.returncode == 1 and "not a failed batch" in unknown.stderr
+        assert "Traceback" not in unknown.stderr
