@@ -38,6 +38,7 @@ from taskfleet.activities.task_landing import submit_landing
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.core.agent_usage import USAGE_FILE_MAX_BYTES, parse_usage_report
 from taskfleet.core.ids import slug
 from taskfleet.core.models.lessons import Lesson
 from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
@@ -248,8 +249,10 @@ class TaskActivities:
             "TASKFLEET_WORKTREE": str(cwd),
             "TASKFLEET_PROMPT": prompt,
             "TASKFLEET_PROMPT_FILE": str(prompt_file),
+            "TASKFLEET_USAGE_FILE": str(usage_file := log_path.parent / f"{log_path.stem}.usage.json"),
             **queue_env(params),
         }
+        usage_file.unlink(missing_ok=True)  # a round's report is its own, never an earlier round's
         if len(prompt.encode()) > PROMPT_IN_ENV_BYTES:
             del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
         if params.review is not None:
@@ -264,6 +267,8 @@ class TaskActivities:
                 task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
             )
             result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
+            if usage_file.exists():  # a stat: the file is read on a thread only when the agent wrote one
+                await asyncio.to_thread(_read_usage, usage_file, result)
             if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                 result.output_tail = tail(log)
                 return False
@@ -356,6 +361,20 @@ async def report_stage(params: TaskInput, stage: str) -> None:
             SIGNAL_TASK_STAGE, TaskStage(task_id=params.task.id, stage=stage))
     except Exception as err:  # noqa: BLE001 - a stage is for people watching; the task goes on
         activity.logger.warning("could not report stage %s of %s: %s", stage, params.task.id, err)
+
+
+def _read_usage(path: Path, result: TaskResult) -> None:
+    """What the task's agent reported it cost (TASKFLEET_USAGE_FILE), on the task's result."""
+    try:
+        with open(path, "rb") as report:
+            usage = parse_usage_report(report.read(USAGE_FILE_MAX_BYTES).decode(errors="replace"))
+    except OSError as err:
+        activity.logger.warning("could not read %s: %s", path, err)
+        return
+    if usage is not None:
+        result.agent_reports = 1
+        result.agent_cost_usd, result.agent_input_tokens = usage.cost_usd, usage.input_tokens
+        result.agent_output_tokens = usage.output_tokens
 
 
 def _write_review(params: TaskInput, log_path: Path) -> Path:

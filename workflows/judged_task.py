@@ -35,7 +35,8 @@ from taskfleet.workflows.judging import add_judging, judge, land, with_judging
 
 # A stage change: (stage, the last verdict).
 OnStage = Callable[[str, str], None]
-SUMMED = ("seconds", "exec_seconds", "verify_seconds", "setup_seconds", "wait_seconds")
+SUMMED = ("seconds", "exec_seconds", "verify_seconds", "setup_seconds", "wait_seconds",
+          "agent_reports", "agent_input_tokens", "agent_output_tokens", "agent_cost_usd")
 
 
 async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolicy, heartbeat_timeout: float,
@@ -99,4 +100,4 @@ async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolic
 
 def _add_time(spent: TaskResult, result: TaskResult) -> None:
     for name in SUMMED:
-        setattr(spent, name, getattr(spent, name) + (getattr(result, name) or 0.0))
+        setattr(spent, name, getattr(spent, name) + (getattr(result, name) or 0))

@@ -211,6 +211,12 @@ class TaskDispatchMixin:
         stats.wait_seconds += result.wait_seconds
         add_llm_usage(self.s, outcome, result)
         add_judge_usage(self.s, outcome, result)
+        if result.agent_reports:  # what a command task's own agent reported it cost
+            outcome.agent_cost_usd = round(outcome.agent_cost_usd + result.agent_cost_usd, 6)
+            stats.agent_reports += result.agent_reports
+            stats.agent_input_tokens += result.agent_input_tokens
+            stats.agent_output_tokens += result.agent_output_tokens
+            stats.agent_cost_usd = round(stats.agent_cost_usd + result.agent_cost_usd, 6)
         if result.status == TASK_SUCCEEDED:
             self.s.stats.cache_hits += int(result.cache_hit)
             self.s.stats.cache_misses += int(not result.cache_hit and not result.resumed)

@@ -71,6 +71,9 @@ def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
             f"Claude: {s.llm_requests} request(s) in {s.llm_api_calls} API call(s), tokens in {s.llm_input_tokens} "
             f"(cache read {s.llm_cache_read_tokens}) out {s.llm_output_tokens}, est. ${s.llm_cost_usd:.4f}"
         )
+    if s.agent_reports:
+        lines.append(f"agents: {s.agent_reports} usage report(s), tokens in {s.agent_input_tokens} out "
+                     f"{s.agent_output_tokens}, ${s.agent_cost_usd:.4f} as reported")
     lines.extend(queue_line(s))
     line = judge_line(s)
     if line:
@@ -394,7 +397,7 @@ async def cancel(args: argparse.Namespace) -> int:
         await handle.cancel()
     except RPCError as err:
         print(f"taskfleet: cannot cancel {args.workflow_id}: {err.message}", file=sys.stderr)
-        return 1
+        return 2
     print(f"cancellation requested for {args.workflow_id}: running tasks are stopped and their worktrees removed")
     return 0
 

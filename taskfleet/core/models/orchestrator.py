@@ -122,6 +122,7 @@ class TaskOutcome:
     llm_cache_read_tokens: int = 0
     llm_cost_usd: float = 0.0
     verdict: str = ""  # the judge's last verdict (approve, revise, reject), if the task has a judge
+    agent_cost_usd: float = 0.0  # what the task's own agent reported (TASKFLEET_USAGE_FILE)
 
 
 @dataclass
@@ -171,6 +172,11 @@ class OrchestratorStats:
     judge_input_tokens: int = 0
     judge_output_tokens: int = 0
     judge_cost_usd: float = 0.0
+    # Command tasks whose agent wrote TASKFLEET_USAGE_FILE: how many reports, and what they said.
+    agent_reports: int = 0
+    agent_input_tokens: int = 0
+    agent_output_tokens: int = 0
+    agent_cost_usd: float = 0.0
 
 
 @dataclass
@@ -283,6 +289,11 @@ class TaskResult:
     # Tasks with a judge: the last verdict, and what judging cost
     verdict: str = ""
     judge: Optional[JudgeTally] = None
+    # Command tasks: what their agent reported in TASKFLEET_USAGE_FILE (reports: 0 or 1 per run)
+    agent_reports: int = 0
+    agent_input_tokens: int = 0
+    agent_output_tokens: int = 0
+    agent_cost_usd: float = 0.0
 
 
 @dataclass
