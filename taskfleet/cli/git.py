@@ -146,8 +146,8 @@ async def git_status(args: argparse.Namespace) -> int:
     try:
         status = await gb.status()
     except RPCError as err:
-        print(f"no git batcher {gb.workflow_id}: {err}", file=sys.stderr)
-        return 1
+        print(f"taskfleet: no git batcher {gb.workflow_id}: {err.message}", file=sys.stderr)
+        return 2
     print(to_json(status) if args.json else format_git_status(gb.workflow_id, status))
     return 0
 

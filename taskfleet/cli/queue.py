@@ -145,7 +145,7 @@ async def queue_status(args: argparse.Namespace) -> int:
         status = await q.status()
     except RPCError as err:
         print(f"taskfleet: no merge queue {q.workflow_id}: {err.message}", file=sys.stderr)
-        return 1
+        return 2
     print(to_json(status) if args.json else format_queue_status(q.workflow_id, status))
     return 0
 
@@ -158,7 +158,7 @@ async def queue_flush(args: argparse.Namespace) -> int:
         await q.flush()
     except RPCError as err:
         print(f"taskfleet: no merge queue {q.workflow_id}: {err.message}", file=sys.stderr)
-        return 1
+        return 2
     print(f"flush requested on {q.workflow_id}")
     return 0
 
