@@ -4,56 +4,51 @@ It is the single writer for its remote: batches run one at a time, in order, so 
 land in the order they were accepted. Its queue lives in workflow state, so an accepted op survives
 worker crashes and continue-as-new until it is landed or reported failed.
 
-This module is the workflow's definition: its state, its run loop, its signals, updates and
-queries. Its parts, each a module beside it:
-
-- git_batcher_intake.py: what makes a message one acceptable op, and room to hold it;
-- git_batcher_batches.py: when the queue becomes batches, and how a batch runs;
-- git_batcher_replies.py: outcomes signalled to senders, results updates wait on;
-- git_batcher_carry.py: what continue-as-new carries, within bounds.
+This module is the definition (run loop, messages, queries); beside it `intake.py` (what makes a
+message one op), `batches.py` (when the queue becomes batches, how one runs, what a run carries) and
+`replies.py` (outcomes to senders, results updates wait on).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import VersioningBehavior
+from temporalio.exceptions import ApplicationError
 
 from taskfleet.workflows.compat import (
     git_batcher_continues_under_load,
     git_batcher_replies_in_background,
     git_batcher_times_an_op_on_arrival,
 )
-from taskfleet.workflows.git_batcher_batches import BatchingMixin
-from taskfleet.workflows.git_batcher_carry import compact_for_carry
-from taskfleet.workflows.git_batcher_intake import (
+from taskfleet.workflows.git_batcher.batches import Batches
+from taskfleet.workflows.git_batcher.intake import (
     FLUSHES_WAITING,
+    HELD_OPS_BYTES,
     MAX_OPS_PER_SIGNAL,
     REASON_CHARS,
     RECENT_IDS,
     RECENT_REJECTIONS,
-    HeldOps,
     flush_after,
     parse_op,
     refusal_notice,
 )
-from taskfleet.workflows.git_batcher_replies import BatchWaits, Replies
-from taskfleet.workflows.intake import parse_state, refusal, remember_id, should_continue_as_new
-from temporalio import workflow
-from temporalio.common import VersioningBehavior
-from temporalio.exceptions import ApplicationError
+from taskfleet.workflows.git_batcher.replies import Replies
+from taskfleet.workflows.long_lived import Inbox, continue_as_new_due, parse_start, refuse, show
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.bounded import args_problem, clip, describe_args
     from taskfleet.core.git_op_validation import InvalidGitOp, parse_config
     from taskfleet.core.models.git_batch import (
-        BATCH_PENDING,
         BatchResult,
-        GitBatch,
         GitBatchConfig,
         GitBatchState,
         GitBatchStats,
         GitBatchStatus,
         GitOp,
+        RejectedOp,
     )
     from taskfleet.core.names import (
         CONTINUING_AS_NEW,
@@ -68,6 +63,10 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
+def _rejected_op(handler: str, what: object, reason: str, at: str) -> RejectedOp:
+    return RejectedOp(op=what, reason=reason, at=at, handler=handler)
+
+
 # Worker Versioning: AUTO_UPGRADE. A clone's batcher never ends (it continues as new), so pinned it
 # would hold its first version forever and that version could never drain. Moving is safe: all
 # state that survives continue-as-new travels as data (the carried state dataclass), which the next
@@ -75,37 +74,23 @@ with workflow.unsafe.imports_passed_through():
 # guarded with `workflow.patched` in workflows/compat.py (as the renamed activities are) and old
 # histories still replay.
 @workflow.defn(name=GIT_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
-class GitBatchWorkflow(BatchingMixin):
+class GitBatchWorkflow:
     @workflow.init
     def __init__(self, config: Any, state: Any = None) -> None:
-        # The start input arrives as plain JSON (CLI users send it by hand), so it is parsed here
-        # rather than by the data converter, which would wedge the workflow task on a bad field.
-        self._config_error = ""
-        try:
-            self.config = parse_config(config)
-        except InvalidGitOp as err:
-            self._config_error = str(err)
-            self.config = GitBatchConfig(repo=str((config or {}).get("repo", "")) if isinstance(config, dict) else "")
-        # The carried state is parsed here too: a start with a bad second input fails the workflow
-        # with a message instead of failing its first task forever.
-        try:
-            self.s = parse_state(state, GitBatchState)
-        except Exception as err:  # noqa: BLE001
-            self._config_error = self._config_error or f"bad carried state ({clip(str(err), 200)})"
-            self.s = GitBatchState()
-        self._seen = set(self.s.recent_ids)
-        self._executing: Optional[GitBatch] = None
-        self._waits = BatchWaits()
+        # The start input arrives as plain JSON (CLI users send it by hand): parsed here, not by the
+        # data converter, which would wedge the workflow task on a bad field.
+        blank = lambda: GitBatchConfig(repo=str(config.get("repo", "")) if isinstance(config, dict) else "")  # noqa: E731
+        self.config, self.s, self._config_error = parse_start(config, state, parse_config, blank, GitBatchState,
+                                                               InvalidGitOp)
+        self._inbox = Inbox(self.s, RECENT_IDS, HELD_OPS_BYTES, "ops")
         self._draining = False
         self._replies = Replies(self.config.repo, self.config.remote)
-        self._replies_in_background = False  # decided when the run starts
+        self._batches = Batches(self.config, self.s, self._inbox, self._replies, self._refresh_details)
         # `flush({"after": ...})` calls whose ops are not all accepted yet (this run only).
         self._flushes_waiting: list[frozenset[str]] = []
-        self._held = HeldOps()
         for op in self._held_ops():
-            self._seen.add(op.id)
-            self._held.hold(op)
-        self._held.hold_failed_batches(len(self.s.failed_batches))
+            self._inbox.mark(op.id)
+            self._inbox.hold(op.id, op)
 
     # --- run loop --------------------------------------------------------------------------------
 
@@ -113,48 +98,41 @@ class GitBatchWorkflow(BatchingMixin):
     async def run(self, config: Any, state: Any = None) -> None:
         if self._config_error:
             raise ApplicationError(f"bad GitBatchWorkflow start input: {self._config_error}", non_retryable=True)
-        workflow.logger.info(
-            "git batcher for %s (%s) run %d: %d queued, %d failed batches carried",
-            self.config.repo,
-            self.config.remote,
-            self.s.runs,
-            len(self.s.queue),
-            len(self.s.failed_batches),
-        )
+        workflow.logger.info("git batcher for %s (%s) run %d: %d queued, %d failed batches carried",
+                             self.config.repo, self.config.remote, self.s.runs, len(self.s.queue),
+                             len(self.s.failed_batches))
         self._refresh_details()
+        batches = self._batches
         rearm_on_arrival = git_batcher_times_an_op_on_arrival()
-        self._replies_in_background = git_batcher_replies_in_background()
+        batches.in_background = git_batcher_replies_in_background()
         while True:
-            due_in = self._until_oldest_is_due()  # None: nothing queued, no timer
+            due_in = batches.until_oldest_is_due()  # None: nothing queued, no timer
             try:
                 await workflow.wait_condition(
-                    lambda: self._flush_due()
-                    or bool(self.s.pending_batches)
-                    or self._should_continue_as_new()
-                    or self._replies.pending
-                    or (rearm_on_arrival and due_in is None and bool(self.s.queue)),
+                    lambda: batches.flush_due() or bool(self.s.pending_batches) or self._continue_due()
+                    or self._replies.pending or (rearm_on_arrival and due_in is None and bool(self.s.queue)),
                     timeout=due_in,
                 )
             except asyncio.TimeoutError:
                 pass
             if self._replies.pending:
                 await self._replies.send_notices()
-            if self._should_continue_as_new() and git_batcher_continues_under_load():
+            if self._continue_due() and git_batcher_continues_under_load():
                 await self._drain_and_continue_as_new()
-            if self._flush_due():
-                self._cut_batches()
+            if batches.flush_due():
+                batches.cut()
             while self.s.pending_batches:
-                if self._should_continue_as_new() and git_batcher_continues_under_load():
+                if self._continue_due() and git_batcher_continues_under_load():
                     await self._drain_and_continue_as_new()
-                await self._execute(self.s.pending_batches[0])
-            if self._should_continue_as_new():
+                await batches.execute(self.s.pending_batches[0])
+            if self._continue_due():
                 await self._replies.settle()
                 # Updates (flush_now, retry) wait on batches this loop runs: keep running them
                 # until every handler has returned, then hand the state to the next run.
                 await workflow.wait_condition(
-                    lambda: workflow.all_handlers_finished() or self._flush_due() or bool(self.s.pending_batches)
+                    lambda: workflow.all_handlers_finished() or batches.flush_due() or bool(self.s.pending_batches)
                 )
-                if workflow.all_handlers_finished() and not self.s.pending_batches and not self._flush_due():
+                if workflow.all_handlers_finished() and not self.s.pending_batches and not batches.flush_due():
                     self.s.runs += 1
                     self.s.recent_ids = self.s.recent_ids[-RECENT_IDS:]
                     workflow.logger.info("continuing as new with %d queued ops", len(self.s.queue))
@@ -169,34 +147,31 @@ class GitBatchWorkflow(BatchingMixin):
         """
         self._draining = True
         self._refresh_details()
+        waits = self._batches.waits
 
         def awaited_pending() -> bool:
-            return any(self._waits.awaited(b.id) for b in self.s.pending_batches)
+            return any(waits.awaited(b.id) for b in self.s.pending_batches)
 
         while True:
             # In order, up to the last batch an update waits on; later batches are carried.
             while awaited_pending():
-                await self._execute(self.s.pending_batches[0])
+                await self._batches.execute(self.s.pending_batches[0])
             await workflow.wait_condition(lambda: workflow.all_handlers_finished() or awaited_pending())
             if workflow.all_handlers_finished() and not awaited_pending():
                 break
         await self._replies.settle()
         await self._replies.send_notices()
         self.s.runs += 1
-        compact_for_carry(self.s)
-        workflow.logger.info(
-            "continuing as new with %d queued ops, %d failed batches", len(self.s.queue), len(self.s.failed_batches)
-        )
+        self._batches.compact_for_carry()
+        workflow.logger.info("continuing as new with %d queued ops, %d failed batches", len(self.s.queue),
+                             len(self.s.failed_batches))
         workflow.continue_as_new(args=[self.config, self.s])
 
     def _held_ops(self) -> list[GitOp]:
-        ops = list(self.s.queue)
-        for batch in self.s.pending_batches + self.s.failed_batches:
-            ops.extend(batch.ops)
-        return ops
+        return list(self.s.queue) + [op for b in self.s.pending_batches + self.s.failed_batches for op in b.ops]
 
-    def _should_continue_as_new(self) -> bool:
-        return should_continue_as_new(self.config.max_history_events)
+    def _continue_due(self) -> bool:
+        return continue_as_new_due(self.config.max_history_events)
 
     # --- messages --------------------------------------------------------------------------------
 
@@ -204,16 +179,16 @@ class GitBatchWorkflow(BatchingMixin):
         if not op.id:
             op.id = f"op-{self.s.next_op}"
             self.s.next_op += 1
-        if op.id in self._seen:
+        if self._inbox.knows(op.id):
             workflow.logger.info("op %s already accepted; ignoring the repeat", op.id)
             return op.id
-        self.s.recent_ids = remember_id(self.s.recent_ids, self._seen, op.id, RECENT_IDS)
+        self._inbox.remember(op.id)
         op.enqueued_at = workflow.now().isoformat()
-        self._held.hold(op)
+        self._inbox.hold(op.id, op)
         self.s.queue.append(op)
         self.s.stats.total_ops += 1
         if self._flushes_waiting:
-            waiting = [after for after in self._flushes_waiting if not after <= self._seen]
+            waiting = [after for after in self._flushes_waiting if not all(map(self._inbox.knows, after))]
             if len(waiting) < len(self._flushes_waiting):
                 self.s.flush_requested = True
             self._flushes_waiting = waiting
@@ -223,12 +198,9 @@ class GitBatchWorkflow(BatchingMixin):
     def _reject(self, handler: str, args: tuple[Any, ...], reason: str) -> None:
         """Record a refused message as a bounded preview: never the raw payload, whatever its size."""
         self.s.stats.rejected_ops += 1
-        self.s.rejected = refusal(handler, args, clip(reason, REASON_CHARS), self.s.rejected, RECENT_REJECTIONS)
+        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, handler, args, clip(reason, REASON_CHARS),
+                                 _rejected_op)
         self._refresh_details()
-
-    def _parse_op(self, args: tuple[Any, ...]) -> GitOp:
-        """The one git op in a message's arguments, or InvalidGitOp saying what is wrong with them."""
-        return parse_op(args, self._held, self._seen)
 
     # Handlers take `*args`: the `temporal` CLI lets anyone send no input, two inputs or anything
     # else, and a fixed signature would raise before our code runs (a signal handler that raises
@@ -255,7 +227,7 @@ class GitBatchWorkflow(BatchingMixin):
 
     def _enqueue_one(self, args: tuple[Any, ...]) -> None:
         try:
-            op = self._parse_op(args)
+            op = parse_op(args, self._inbox)
         except InvalidGitOp as err:
             self._reject(SIGNAL_ENQUEUE, args, str(err))
             notice = refusal_notice(args, clip(str(err), REASON_CHARS))
@@ -276,7 +248,7 @@ class GitBatchWorkflow(BatchingMixin):
         A waiting flush lives in this run only (a run that continues as new drops it: the ops'
         sender flushes again when it needs to, as the orchestrator does once its tasks are done)."""
         after = flush_after(args)
-        if after is None or after <= self._seen:
+        if after is None or all(map(self._inbox.knows, after)):
             self.s.flush_requested = True
             return
         self._flushes_waiting = (self._flushes_waiting + [after])[-FLUSHES_WAITING:]
@@ -285,28 +257,30 @@ class GitBatchWorkflow(BatchingMixin):
     def submit(self, *args: Any) -> str:
         """Like `enqueue`, but the caller learns the op id, or why the op was refused."""
         try:
-            return self._accept(self._parse_op(args))
+            return self._accept(parse_op(args, self._inbox))
         except InvalidGitOp as err:
             # The validator refused this already; only reached if state changed in between.
-            raise ApplicationError(f"git op refused: {clip(str(err))}", type="InvalidGitOp", non_retryable=True) from None
+            raise ApplicationError(f"git op refused: {clip(str(err))}", type="InvalidGitOp",
+                                   non_retryable=True) from None
 
     @submit.validator
     def _validate_submit(self, *args: Any) -> None:
         # Rejected here, the bad op never enters history.
         try:
-            self._parse_op(args)
+            parse_op(args, self._inbox)
         except Exception as err:  # noqa: BLE001
-            raise ApplicationError(f"git op refused: {clip(str(err))}", type="InvalidGitOp", non_retryable=True) from None
+            raise ApplicationError(f"git op refused: {clip(str(err))}", type="InvalidGitOp",
+                                   non_retryable=True) from None
 
     @workflow.update(name=UPDATE_FLUSH_NOW)
     async def flush_now(self, *args: Any) -> BatchResult:
         """An update rather than a signal because the caller waits for the push and its outcomes.
         Any input sent with it is ignored."""
         self.s.flush_requested = True
-        cut = self._cut_batches()
+        cut = self._batches.cut()
         if not cut:
             return BatchResult(batch_id="", status="empty")
-        return await self._waits.wait_for(cut)
+        return await self._batches.waits.wait_for(cut)
 
     @flush_now.validator
     def _validate_flush_now(self, *args: Any) -> None:
@@ -316,8 +290,7 @@ class GitBatchWorkflow(BatchingMixin):
         if self._draining:
             raise ApplicationError(
                 f"{name} refused: the batcher is continuing as new; send it again (it reaches the next run)",
-                type=CONTINUING_AS_NEW,
-                non_retryable=True,
+                type=CONTINUING_AS_NEW, non_retryable=True,
             )
 
     @workflow.update(name=UPDATE_RETRY)
@@ -325,13 +298,10 @@ class GitBatchWorkflow(BatchingMixin):
         batch_id = args[0] if len(args) == 1 else None
         batch = next((b for b in self.s.failed_batches if b.id == batch_id), None)
         if batch is None:
-            raise ApplicationError(f"{clip(repr(batch_id), 80)} is not a failed batch", type="UnknownBatch", non_retryable=True)
-        self.s.failed_batches.remove(batch)
-        self._held.release_failed_batches()
-        batch.status = BATCH_PENDING
-        self.s.pending_batches.append(batch)
-        self._refresh_details()
-        return await self._waits.wait_for([batch])
+            raise ApplicationError(f"{clip(repr(batch_id), 80)} is not a failed batch", type="UnknownBatch",
+                                   non_retryable=True)
+        self._batches.retry(batch)
+        return await self._batches.waits.wait_for([batch])
 
     @retry.validator
     def _validate_retry(self, *args: Any) -> None:
@@ -347,16 +317,11 @@ class GitBatchWorkflow(BatchingMixin):
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> GitBatchStatus:
+        executing = self._batches.executing
         return GitBatchStatus(
-            queue=self.s.queue,
-            pending_batches=[b for b in self.s.pending_batches if b is not self._executing],
-            executed_batches=self.s.executed_batches,
-            failed_batches=self.s.failed_batches,
-            rejected=self.s.rejected,
-            config=self.config,
-            stats=self.s.stats,
-            executing=self._executing,
-            runs=self.s.runs,
+            queue=self.s.queue, pending_batches=[b for b in self.s.pending_batches if b is not executing],
+            executed_batches=self.s.executed_batches, failed_batches=self.s.failed_batches,
+            rejected=self.s.rejected, config=self.config, stats=self.s.stats, executing=executing, runs=self.s.runs,
         )
 
     @workflow.query(name=QUERY_STATS)
@@ -366,19 +331,13 @@ class GitBatchWorkflow(BatchingMixin):
 
     def _refresh_details(self) -> None:
         last = self.s.executed_batches[-1] if self.s.executed_batches else None
-        lines = [
-            f"**{self.config.repo}** → `{self.config.remote}`",
-            "",
+        executing = self._batches.executing
+        st = self.s.stats
+        show(f"**{self.config.repo}** → `{self.config.remote}`", [
             f"- queued ops: {len(self.s.queue)}",
-            f"- pending batches: {len(self.s.pending_batches)}"
-            + (f" (executing {self._executing.id})" if self._executing else ""),
+            f"- pending batches: {len(self.s.pending_batches)}" + (f" (executing {executing.id})" if executing else ""),
             f"- failed batches: {len(self.s.failed_batches)}",
-            f"- pushes: {self.s.stats.pushes}, ops landed: {self.s.stats.landed_ops}, "
-            f"saved round trips: {self.s.stats.network_savings}",
-            f"- rejected ops: {self.s.stats.rejected_ops}",
-        ]
-        if self._draining:
-            lines.append("- continuing as new")
-        if last:
-            lines.append(f"- last batch: {last.id}, {len(last.ops)} ops, {last.status}")
-        workflow.set_current_details("\n".join(lines))
+            f"- pushes: {st.pushes}, ops landed: {st.landed_ops}, saved round trips: {st.network_savings}",
+            f"- rejected ops: {st.rejected_ops}",
+            *([f"- last batch: {last.id}, {len(last.ops)} ops, {last.status}"] if last else []),
+        ], self._draining)
