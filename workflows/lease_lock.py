@@ -21,8 +21,9 @@ from typing import Any, Optional
 
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
-from temporalio.converter import value_to_type
 from temporalio.exceptions import ApplicationError
+
+from taskfleet.workflows.long_lived import continue_as_new_due, parse_start, refuse, show
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.lease_lock import (
@@ -79,18 +80,8 @@ class LeaseLockWorkflow:
     def __init__(self, config: Any, state: Any = None) -> None:
         # Parsed in code, not by the data converter: a bad start input from the CLI must fail this
         # run with a clear message, not wedge its first workflow task.
-        self._config_error = ""
-        try:
-            self.config = parse_config(config)
-        except InvalidLeaseMessage as err:
-            self._config_error = str(err)
-            self.config = LeaseLockConfig(resource="?")
-        self.s = LeaseLockState()
-        if state is not None:
-            try:
-                self.s = value_to_type(LeaseLockState, state)
-            except Exception as err:  # noqa: BLE001 - any bad carried state fails the run, clearly
-                self._config_error = self._config_error or f"bad carried state: {describe(err, 200)}"
+        self.config, self.s, self._config_error = parse_start(
+            config, state, parse_config, lambda: LeaseLockConfig(resource="?"), LeaseLockState, InvalidLeaseMessage)
         # acquire calls now waiting in this run, per holder (a waiter with none is on its grace time)
         self._polls: dict[str, int] = {}
         self._draining = False  # continue-as-new is due: waiting calls answer `waiting` and return
@@ -112,7 +103,8 @@ class LeaseLockWorkflow:
             if deadline is not None:
                 timeout = timedelta(seconds=max((deadline - workflow.now()).total_seconds(), 0.0) + 0.005)
             try:
-                await workflow.wait_condition(lambda: self._rearm or self._cas_due(), timeout=timeout)
+                await workflow.wait_condition(
+                    lambda: self._rearm or continue_as_new_due(self.config.max_history_events), timeout=timeout)
             except asyncio.TimeoutError:
                 pass
             self._rearm = False
@@ -123,7 +115,7 @@ class LeaseLockWorkflow:
                 if self._idle_long_enough():
                     workflow.logger.info("lock %s idle: closing", self.config.resource)
                     return
-            if self._cas_due():
+            if continue_as_new_due(self.config.max_history_events):
                 # Waiting acquire calls answer `waiting` (their place is carried in the state) and
                 # the client asks the next run; every handler has returned before we hand over.
                 self._draining = True
@@ -138,13 +130,6 @@ class LeaseLockWorkflow:
                     self.s.next_token,
                 )
                 workflow.continue_as_new(args=[self.config, self.s])
-
-    def _cas_due(self) -> bool:
-        info = workflow.info()
-        if info.is_continue_as_new_suggested():
-            return True
-        limit = self.config.max_history_events
-        return bool(limit) and info.get_current_history_length() >= limit
 
     def _idle_long_enough(self) -> bool:
         limit = self.config.close_after_idle_seconds
@@ -235,11 +220,11 @@ class LeaseLockWorkflow:
     def _holds(self, holder: str) -> bool:
         return self.s.holder is not None and self.s.holder.holder == holder
 
-    def _reject(self, handler: str, raw: Any, reason: str) -> None:
-        workflow.logger.warning("lock %s refused %s: %s", self.config.resource, handler, reason)
+    def _reject(self, handler: str, args: Any, reason: str) -> None:
         self.s.stats.rejected += 1
-        entry = RejectedMessage(handler, describe(raw), reason[:300], workflow.now().isoformat())
-        self.s.rejected = (self.s.rejected + [entry])[-RECENT_REJECTIONS:]
+        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, f"lock {self.config.resource}: {handler}",
+                                 args if isinstance(args, tuple) else (args,), reason,
+                                 lambda _, what, why, at: RejectedMessage(handler, describe(what), why, at), 300)
         self._refresh_details()
 
     # --- acquire --------------------------------------------------------------------------------
@@ -445,7 +430,7 @@ class LeaseLockWorkflow:
 
     def _refresh_details(self) -> None:
         h = self.s.holder
-        lines = [f"**lock** `{self.config.resource}`", ""]
+        lines = []
         if h is None:
             lines.append("- free")
         else:
@@ -460,4 +445,4 @@ class LeaseLockWorkflow:
             f"- grants {st.grants}, releases {st.releases}, expired {st.expirations}, "
             f"renewals {st.renewals}, rejected {st.rejected}; next token {self.s.next_token}"
         )
-        workflow.set_current_details("\n".join(lines))
+        show(f"**lock** `{self.config.resource}`", lines)
