@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -15,26 +14,19 @@ from typing import BinaryIO
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
-from taskfleet.activities.processes.executor import CommandResult, run_command, tail
-from taskfleet.activities.processes.executor_policy import current_policy, task_env_problem
-from taskfleet.activities.processes.executor_records import (
-    TASK_KEY_VARIABLE,
-    TOKEN_VARIABLE,
-    ExecutorRecords,
-    Stragglers,
-    kill_task_processes,
-    task_key,
-)
+from taskfleet.activities.processes.executor import CommandResult, tail
+from taskfleet.activities.processes.executor_policy import task_env_problem
+from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, task_key
 from taskfleet.activities.git.git_async import GitError, git
 from taskfleet.activities.git.git_op_application import OpFailed
 from taskfleet.activities.git.queue_entry import base_commit_of, queue_env
-from taskfleet.activities.git.scratch import ScratchDirs
 from taskfleet.activities.pods.shared_clone import is_lock_contention
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
 from taskfleet.activities.git.work_commit import CommitRefused, commit_tree
-from taskfleet.activities.git.worktrees import BranchCheckedOut, Worktree, WorktreePool
+from taskfleet.activities.git.worktrees import BranchCheckedOut, Worktree
 from taskfleet.activities.task_commits import TreeIds, commit_from_cache, commit_work, task_message
 from taskfleet.activities.task_landing import submit_landing
+from taskfleet.activities.workspace import Workspace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -60,58 +52,15 @@ def task_file_stem(task_id: str) -> str:
     return f"{slug(task_id, 48)}-{hashlib.sha256(task_id.encode()).hexdigest()[:10]}"
 
 
-def state_inside(state_dir: Path, repo: str) -> bool:
-    """Whether the worker's state dir lies inside the clone's work tree."""
-    state, root = Path(os.path.realpath(state_dir)), Path(os.path.realpath(repo))
-    return state == root or root in state.parents
-
-
 class TaskActivities:
-    def __init__(
-        self,
-        settings: TaskfleetSettings,
-        lessons: LessonsIndex,
-        templates: TemplateCache,
-        results: ResultCache,
-    ) -> None:
+    def __init__(self, settings: TaskfleetSettings, lessons: LessonsIndex, templates: TemplateCache,
+                 results: ResultCache, workspace: Workspace) -> None:
         self.settings = settings
         self.lessons = lessons
         self.templates = templates
         self.results = results
-        self.worktrees = WorktreePool(settings.worktrees_dir, settings.pod_id)
-        self.scratch = ScratchDirs(settings.scratch_dir)
-        self.executors = ExecutorRecords(settings.state_dir / "executors")
-        self.stragglers = Stragglers()
+        self.workspace = workspace
         self.trees = TreeIds()
-
-    def refuse_state_dir_inside(self, task_id: str, repo: str) -> None:
-        """A task must not run when the worker's state dir (worktrees, logs) is inside its clone."""
-        if state_inside(self.settings.state_dir, repo):
-            raise ApplicationError(
-                f"task {task_id}: the worker's state dir {self.settings.state_dir} is inside the clone "
-                f"{repo}; task worktrees and logs would land in the repository. Start the worker "
-                f"with --state-dir (or TASKFLEET_STATE_DIR) outside {repo}",
-                type="BadTaskSetup", non_retryable=True,
-            )
-
-    def prune_stale(self) -> list[Path]:
-        """At worker start: kill a crashed worker's executors, then remove its worktrees."""
-        self.executors.reap_dead()
-        return self.worktrees.prune_stale()
-
-    async def stop(self) -> None:
-        """At worker stop: drain the worktree pool (no worktree stays registered in any clone)."""
-        await self.worktrees.drain()
-
-    async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
-        """A retry: whatever an earlier attempt of this task still runs on this machine (its worker
-        killed or cut off from the server) is killed before this attempt starts anything."""
-        killing = asyncio.ensure_future(asyncio.to_thread(kill_task_processes, task_key(run_key, task_id)))
-        while not (await asyncio.wait({killing}, timeout=1.0))[0]:
-            activity.heartbeat(task_id)  # a kill may wait seconds for a process to go
-        killed = killing.result()
-        if killed:
-            activity.logger.warning("task %s: killed %d process(es) an earlier attempt left running", task_id, killed)
 
     @activity.defn(name=ACTIVITY_RUN_TASK)
     async def run_task(self, params: TaskInput) -> TaskResult:
@@ -125,29 +74,30 @@ class TaskActivities:
         if scheduled is not None:
             result.wait_seconds = max(0.0, (datetime.now(timezone.utc) - scheduled).total_seconds())
         activity.logger.info("task %s on %s (attempt %d)", task.id, task.branch, info.attempt)
-        await self.executors.reap_now_and_then()
+        space = self.workspace
+        await space.executors.reap_now_and_then()
         if info.attempt > 1:
-            await self.end_earlier_attempts(params.run_key, task.id)
+            await space.end_earlier_attempts(params.run_key, task.id)
         if not task.worktree:
             # An empty folder, taken and given back in microseconds: no thread hop needed.
-            scratch = self.scratch.take()
+            scratch = space.scratch.take()
             try:
                 prompt_file, prompt, log = await self._task_files(params, log_path)
                 with log:
                     await self._execute(params, scratch, prompt_file, prompt, log, log_path, result)
             finally:
-                self.scratch.give_back(scratch)
+                space.scratch.give_back(scratch)
                 result.seconds = time.monotonic() - started
             if result.status == TASK_FAILED and result.failure_type:
                 await self._record_lesson(params, result)
             return result
-        self.refuse_state_dir_inside(task.id, params.repo)
+        space.refuse_state_dir_inside(f"task {task.id}", params.repo)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         try:
             # A judge's revise round starts from the commit the judge reviewed.
             base_commit = params.start_commit or base_commit_of(params)
             # Only a retry can find its own commit: attempt 1 of a run's task has made none yet.
-            resumed = "" if info.attempt == 1 else await self.worktrees.resumable(
+            resumed = "" if info.attempt == 1 else await space.worktrees.resumable(
                 params.repo, task.branch, base_commit, task.id, params.run_key
             )
         except OpFailed as err:
@@ -162,24 +112,19 @@ class TaskActivities:
         # The prompt and the log are written while the slot is set up: each waits on a thread.
         files = asyncio.ensure_future(self._task_files(params, log_path))
         try:
-            try:
-                worktree = await self.worktrees.take(params.repo, task.branch, base_commit, heartbeat)
-            except BaseException:
-                files.add_done_callback(_close_log)
-                raise
-            result.setup_seconds = worktree.setup_seconds
-            try:
+            async with space.checkout(params.repo, task.branch, base_commit, heartbeat) as worktree:
+                result.setup_seconds = worktree.setup_seconds
                 prompt_file, prompt, log = await files
                 with log:
                     await self._run(params, worktree, prompt_file, prompt, log, log_path, result)
-            finally:
-                self.worktrees.give_back(worktree)
-                result.seconds = time.monotonic() - started
         except (BranchCheckedOut, GitError) as err:
             person = needs_a_person(err)
             if person is None:
                 raise
             raise person from None
+        finally:
+            files.add_done_callback(_close_log)  # a set-up that failed leaves the log open: closed
+            result.seconds = time.monotonic() - started
         if result.status == TASK_FAILED and result.failure_type:
             await self._record_lesson(params, result)
         return result
@@ -257,54 +202,48 @@ class TaskActivities:
             del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
         if params.review is not None:
             env["TASKFLEET_REVIEW_FILE"] = str(await asyncio.to_thread(_write_review, params, log_path))
-        token = self.executors.new_token()
-        env[TOKEN_VARIABLE] = token
         env[TASK_KEY_VARIABLE] = task_key(params.run_key, task.id)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
-        record = lambda pgid: self.executors.record(token, pgid)  # noqa: E731
-        try:
-            executed = await run_command(
-                task.run, cwd, env, log, task.timeout_seconds, heartbeat, "run", on_start=record
-            )
+        # One token for `run` and `verify`: each command's process group is killed when it ends; a
+        # process that left its group (`setsid`, a daemon) would go on writing into a folder the next
+        # task gets, or into this task's commit, so what still carries the token is stopped after both.
+        async with self.workspace.commands(heartbeat) as run:
+            executed = await run(task.run, cwd, env, log, task.timeout_seconds, "run")
             result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
             if usage_file.exists():  # a stat: the file is read on a thread only when the agent wrote one
                 await asyncio.to_thread(_read_usage, usage_file, result)
             if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                 result.output_tail = tail(log)
                 return False
-            if stage is not None and not await self.worktrees.snapshot(stage):
+            if stage is not None and not await self.workspace.worktrees.snapshot(stage):
                 await git(cwd, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: heartbeating
             if params.report_stages:
                 await report_stage(params, STAGE_VERIFYING)
-            verified = await run_command(
-                task.verify, cwd, env, log, task.timeout_seconds, heartbeat, "verify", on_start=record
-            )
+            verified = await run(task.verify, cwd, env, log, task.timeout_seconds, "verify")
             result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
             result.output_tail = tail(log)
-        finally:
-            # Each command's process group is killed when it ends; a process that left its group
-            # (`setsid`, a daemon) would go on writing into a folder the next task gets, or into
-            # this task's commit: anything still carrying the task's token is killed now. Only then
-            # is the token journalled as ended (a crash before leaves it to the next worker's reaper).
-            await self.end_token(token)
         if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
             return False
         result.status = TASK_SUCCEEDED
         return True
 
+    # Until the Claude, judge and merge-queue activities take the workspace themselves.
+    @property
+    def worktrees(self):  # noqa: ANN201
+        return self.workspace.worktrees
+
+    @property
+    def executors(self):  # noqa: ANN201
+        return self.workspace.executors
+
     async def end_token(self, token: str) -> None:
-        """Stop what still carries a finished task's token, then journal the token as ended; when
-        the sweep fails, the token stays journalled, for the reaper once this worker is gone. In a
-        PID namespace the kernel has killed everything a command started when it ended: no sweep."""
-        if current_policy().trees.namespaced:
-            self.executors.forget(token)
-            return
-        try:
-            await self.stragglers.stop(token)
-        except Exception as err:  # noqa: BLE001 - the task's own result stands
-            activity.logger.warning("could not stop what a task left running (token %s): %s", token, err)
-            return
-        self.executors.forget(token)
+        await self.workspace.end_token(token)
+
+    def refuse_state_dir_inside(self, task_id: str, repo: str) -> None:
+        self.workspace.refuse_state_dir_inside(f"task {task_id}", repo)
+
+    async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
+        await self.workspace.end_earlier_attempts(run_key, task_id)
 
     async def _task_files(self, params: TaskInput, log_path: Path) -> tuple[Path, str, BinaryIO]:
         """Render the prompt; write it beside the log (outside the worktree: never committed) and

@@ -40,6 +40,7 @@ from taskfleet.activities.pods.presence import WorkerPresence
 from taskfleet.activities.processes.process_trees import ProcessTreesUnavailable, Watchdog, detect
 from taskfleet.activities.run_checks import RunCheckActivities
 from taskfleet.activities.task_runner import TaskActivities
+from taskfleet.activities.workspace import Workspace
 from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
@@ -82,7 +83,8 @@ class WorkerServices:
         self.result_cache = ResultCache(settings.result_cache_path, settings.result_cache_memory_bytes)
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
-        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache)
+        self.workspace = Workspace(settings)
+        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache, self.workspace)
         self.run_checks = RunCheckActivities(settings)
         llm = LLMSettings()
         self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
@@ -129,8 +131,8 @@ class WorkerServices:
             )
         await asyncio.to_thread(self.result_cache.open)
         await self.llm_api.preload()
-        stale = await asyncio.to_thread(self.tasks.prune_stale)
-        await asyncio.to_thread(self.tasks.scratch.prune_stale)
+        stale = await asyncio.to_thread(self.workspace.prune_stale)
+        await asyncio.to_thread(self.workspace.scratch.prune_stale)
         if stale:
             log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
         log.info(
@@ -168,13 +170,13 @@ class WorkerServices:
             # The presence lease is taken once the worker polls (this worker may be the only one
             # running the lock workflow); tasks wait for it before registering worktrees.
             presence = WorkerPresence(client, self.settings.coordination_task_queue, self.settings.pod_id)
-            self.tasks.worktrees.presence = presence
+            self.workspace.worktrees.presence = presence
             keeper = asyncio.create_task(self._keep_presence(presence), name="taskfleet presence")
         try:
             yield
         finally:
             try:
-                await self.tasks.stop()  # drain the worktree pool
+                await self.workspace.stop()  # drain the worktree pool
             finally:
                 if keeper is not None:
                     keeper.cancel()
@@ -194,7 +196,7 @@ class WorkerServices:
             await asyncio.sleep(SWEEP_SECONDS)
             try:
                 await presence.ensure()
-                removed = await self.tasks.worktrees.sweep()
+                removed = await self.workspace.worktrees.sweep()
             except Exception as err:  # noqa: BLE001 - housekeeping: the next round tries again
                 log.warning("sweep of dead workers' worktrees failed: %s", err)
                 continue
