@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install bytecode demo test test-fast worker bench bench-quick histories lint docs clean
+.PHONY: install bytecode demo test test-fast worker bench bench-quick histories lint docs reference clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -84,6 +84,10 @@ lint: $(STAMP)
 # NO_MKDOCS_2_WARNING silences the theme's end-of-life banner, which is not a build warning.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The reference pages generated from the code (tests/test_reference.py fails when they are stale).
+reference: $(STAMP)
+	$(PY) tests/reference_docs.py
 
 histories: $(STAMP)
 	TASKFLEET_RECORD_HISTORIES=1 $(PY) -m pytest -k 'not replay'

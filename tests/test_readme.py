@@ -36,7 +36,7 @@ else:  # pragma: no cover - Python 3.10
 
 README = (ROOT / "README.md").read_text()
 PAGES = {"README.md": README} | {
-    f"docs/{path.name}": path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))
+    f"docs/{path.relative_to(ROOT / 'docs')}": path.read_text() for path in sorted((ROOT / "docs").rglob("*.md"))
 }
 BIN = Path(sys.executable).parent
 
@@ -150,6 +150,9 @@ def check_python(args: list[str]) -> None:
 
 
 def check(words: list[str]) -> None:
+    while words and re.fullmatch(r"[A-Z][A-Z0-9_]*=\S*", words[0]):  # `NAME=value command`: its environment
+        check(["export", words[0]])
+        words = words[1:]
     program, args = words[0], words[1:]
     if program.startswith(".venv/bin/"):
         program = program.removeprefix(".venv/bin/")
@@ -196,7 +199,7 @@ def test_readme_has_examples_to_check():
 def test_the_docs_have_examples_to_check():
     """Every page is read (the nav and the folder agree), and the pages hold commands of every kind checked."""
     nav = (ROOT / "mkdocs.yml").read_text()
-    assert {f"docs/{name}" for name in re.findall(r":\s*([\w-]+\.md)\s*$", nav, re.M)} == set(PAGES) - {"README.md"}
+    assert {f"docs/{name}" for name in re.findall(r":\s*([\w/-]+\.md)\s*$", nav, re.M)} == set(PAGES) - {"README.md"}
     programs = {words[0] for _, words in all_commands()}
     assert {"taskfleet", "taskfleet-worker", "temporal", "make", "git", "docker", "python"} <= programs
 
