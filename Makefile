@@ -82,7 +82,13 @@ lint: $(STAMP)
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict: a broken link or anchor fails.
 # NO_MKDOCS_2_WARNING silences the theme's end-of-life banner, which is not a build warning.
+# The Python API page reads the package as it is installed (`activities/` and `workflows/` inside
+# `taskfleet`): a tree of links in that shape, for mkdocstrings.
 docs: $(STAMP)
+	rm -rf .taskfleet/api && mkdir -p .taskfleet/api/taskfleet
+	cp -rs $(CURDIR)/taskfleet/. .taskfleet/api/taskfleet/
+	ln -s $(CURDIR)/activities .taskfleet/api/taskfleet/activities
+	ln -s $(CURDIR)/workflows .taskfleet/api/taskfleet/workflows
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The reference pages generated from the code (tests/test_reference.py fails when they are stale).
