@@ -136,12 +136,12 @@ async def test_failure_reasons_in_full_in_json_and_status_and_the_table_points_b
         reason = json.loads(ran.stdout)["tasks"][0]["reason"]
         assert len(reason) > 60
         table = await taskfleet(server_address, "status", run_id, cwd=user_dir, task_queue=task_queue)
-    assert table.returncode == 0, table.stderr
+    assert table.returncode == 1, table.stderr  # as `run`: a task failed
     assert "(below)" in table.stdout and "F1: (log: " in table.stdout
     assert " ".join(reason.split()) in " ".join(table.stdout.split())
     # After the worker is gone, status still answers (from the closed run's result), reasons in full.
     shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir, task_queue=task_queue, timeout=20)
-    assert shown.returncode == 0, shown.stderr
+    assert shown.returncode == 1, shown.stderr
     status = json.loads(shown.stdout)
     assert status["status"] == "COMPLETED" and status["tasks"][0]["reason"] == reason
     assert status["counts"]["failed"] == 1 and "WARN" not in shown.stderr
@@ -157,12 +157,12 @@ async def test_status_json_of_a_running_run_has_the_failed_tasks_reason(
 
         async def failed_with_reason() -> None:
             shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir, task_queue=task_queue)
-            assert shown.returncode == 0, shown.stderr
             status = json.loads(shown.stdout)
             assert status["status"] == "RUNNING"
             r1 = next((t for t in status["tasks"] if t["id"] == "R1"), None)
             assert r1 is not None, status["tasks"]
             assert r1["status"] == "failed" and "exited with 4" in r1["reason"], r1
+            assert shown.returncode == 1, shown.stderr  # running, and a task failed already
 
         await eventually(failed_with_reason, timeout=60)
         await handle.cancel()
@@ -182,7 +182,7 @@ async def test_status_of_a_finished_run_answers_without_a_worker(
     assert shown.stdout.startswith(f"{run_id}: COMPLETED") and "2/2 done" in shown.stdout
     assert "2 landed" in shown.stdout and shown.stderr == ""
     unknown = await taskfleet(server_address, "status", f"nothing-{task_queue}", cwd=user_dir, timeout=20)
-    assert unknown.returncode == 1 and unknown.stderr.strip() == f"taskfleet: no run nothing-{task_queue} in namespace default"
+    assert unknown.returncode == 2 and unknown.stderr.strip() == f"taskfleet: no run nothing-{task_queue} in namespace default"
 
 
 async def test_verify_flag_and_a_code_span_cell_the_cell_wins_and_says_so(
