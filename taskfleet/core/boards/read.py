@@ -1,9 +1,8 @@
-"""Stage 1 of reading a board (parse -> check -> store -> start): a board file as written.
+"""A board file as written, read as a stream: its board-wide part (`BoardHead`), then one
+`RawTask` per task with the line it starts on, or why the row cannot be read.
 
-`parse_board_file` reads the board-wide part (a problem there refuses the board) and hands on the
-rows as a stream, one raw row per task with the line it starts on or the reason it cannot be read:
-no reader holds a board of any size whole. Nothing here applies the CLI's overrides or the board's
-rules; that is the check stage's (`taskfleet.core.board_check`).
+No reader holds a board of any size whole; a problem in the board-wide part refuses the board
+(BoardError), a problem in one row travels with that row. Overrides and rules are `check.py`'s.
 """
 
 from __future__ import annotations
@@ -11,36 +10,65 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from taskfleet.core.board_rows import ROWS_SPECS, BoardHead, RawTask
-from taskfleet.core.boards import MARKDOWN_COLUMNS, BoardError, _cells, toml_board_table
+from taskfleet.core.boards.keys import BOARD_FIELDS, BOARD_KEYS
+from taskfleet.core.models.orchestrator import Board
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
+ROWS_TOML = "toml"  # keys as a TOML board allows them
+ROWS_SPECS = "specs"  # any TaskSpec field (markdown rows, and boards built in code)
 _TASKS_HEADER = re.compile(r"^\s*\[\[\s*tasks\s*\]\]\s*(#.*)?$")
 _INLINE_TASKS = re.compile(r"^\s*tasks\s*=")
 _TOML_AT_LINE = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
 
 
+class BoardError(ValueError):
+    """The board cannot run as written; the message names the line or key to fix."""
+
+
+@dataclass
+class BoardHead:
+    """The board-wide part: its format, name and settings (file keys, then the CLI's overrides)."""
+
+    format: str
+    name: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    rows: str = ROWS_TOML
+
+
+@dataclass
+class RawTask:
+    """One task as written: its row, or why the row cannot be read."""
+
+    number: int  # 1-based position on the board
+    line: int  # the line it starts on (0 when the board was built in code)
+    row: dict[str, Any] | None = None
+    error: str = ""
+    id: str = ""
+
+    @property
+    def where(self) -> str:
+        return f":{self.line}" if self.line else f": task #{self.number}"
+
+
 @dataclass
 class ParsedBoard:
-    """A board as written: its board-wide part (read already) and its rows, read as they are asked for.
-
-    `text` is set instead of rows for a board that is to be checked whole (`whole=True`): one that
-    goes inline in the run's input, where a bad row refuses the board.
-    """
+    """A board as written: its board-wide part (read already) and its rows, read as asked for."""
 
     source: str  # how messages name the board (its path)
     format: str  # "toml" or "markdown"
-    head: BoardHead | None = None
-    rows: Iterator[RawTask] = field(default_factory=lambda: iter(()))
-    text: str | None = None
+    head: BoardHead
+    rows: Iterator[RawTask]
+    path: str = ""  # the file it was read from ("" for text, or a board built in code)
+    whole: bool = False  # checked whole, every row valid: it goes inline in the run's input
 
 
 def board_format(path: str | Path) -> str:
@@ -48,28 +76,33 @@ def board_format(path: str | Path) -> str:
 
 
 def parse_board_file(path: str | Path, whole: bool = False) -> ParsedBoard:
-    """A `.toml` or markdown board file; BoardError when it cannot be read or its board-wide part
-    is malformed. Its rows are read from the file as they are asked for."""
-    source, fmt = str(path), board_format(path)
-    if whole:
-        try:
-            text = Path(path).read_text()
-        except OSError as err:
-            raise BoardError(f"cannot read board {path}: {err.strerror}") from None
-        return ParsedBoard(source=source, format=fmt, text=text)
-    return _parsed(_file_lines(source), source, fmt)
+    """A `.toml` or markdown board file, its rows read from the file as they are asked for;
+    BoardError when it cannot be read or its board-wide part is malformed."""
+    parsed = _parsed(_file_lines(str(path)), str(path), board_format(path))
+    parsed.path, parsed.whole = str(path), whole
+    return parsed
 
 
-def parse_board_text(text: str, source: str) -> ParsedBoard:
+def parse_board_text(text: str, source: str, fmt: str = "", whole: bool = False) -> ParsedBoard:
     """A board given as text (the planner's answer, say); the format by `source`'s suffix."""
-    return _parsed(iter(text.splitlines(keepends=True)), source, board_format(source))
+    parsed = _parsed(iter(text.splitlines(keepends=True)), source, fmt or board_format(source))
+    parsed.whole = whole
+    return parsed
+
+
+def scan_specs(board: Board) -> ParsedBoard:
+    """A board built in code (or parsed already): its tasks are rows with every field set."""
+    settings = {key: getattr(board, key) for key in BOARD_FIELDS}
+    head = BoardHead(format=board.format, name=board.name, settings=settings, rows=ROWS_SPECS)
+    rows = (RawTask(number=n, line=0, row=asdict(t), id=t.id) for n, t in enumerate(board.tasks, 1))
+    return ParsedBoard(board.path or board.name, board.format, head, rows, path=board.path)
 
 
 def _parsed(lines: Iterable[str], source: str, fmt: str) -> ParsedBoard:
     items = _scan_markdown(lines, source) if fmt == "markdown" else _scan_toml(lines, source)
     head = next(items)
     assert isinstance(head, BoardHead)
-    return ParsedBoard(source=source, format=fmt, head=head, rows=items)  # type: ignore[arg-type]
+    return ParsedBoard(source, fmt, head, items)  # type: ignore[arg-type]
 
 
 def _file_lines(path: str) -> Iterator[str]:
@@ -84,10 +117,8 @@ def _file_lines(path: str) -> Iterator[str]:
 
 
 def _multiline_state(line: str, state: str | None) -> str | None:
-    """Whether a line ends inside a TOML multi-line string (`\"\"\"` or `'''`), given where it began.
-
-    Good enough to find table headers: a `[[tasks]]` line inside a multi-line string is text.
-    """
+    """Whether a line ends inside a TOML multi-line string (`\"\"\"` or `'''`), given where it
+    began: good enough to find table headers (a `[[tasks]]` inside such a string is text)."""
     if state is None and '"""' not in line and "'''" not in line:
         return None  # the common line: no multi-line string starts here
     if state is not None and state not in line:
@@ -123,10 +154,8 @@ def _scan_toml(lines: Iterable[str], source: str) -> Iterator[BoardHead | RawTas
     """The `BoardHead` (settings as written), then a `RawTask` per task."""
     head_lines: list[str] = []
     chunk: list[str] | None = None
-    chunk_line = 0
-    number = 0
+    chunk_line = number = 0
     state: str | None = None
-    head: BoardHead | None = None
     for lineno, line in enumerate(lines, 1):
         at_start = state
         state = _multiline_state(line, state)
@@ -134,7 +163,8 @@ def _scan_toml(lines: Iterable[str], source: str) -> Iterator[BoardHead | RawTas
             if chunk is None:
                 head, inline = _toml_head(head_lines, source)
                 if inline:
-                    raise BoardError(f"{source}:{lineno}: tasks are given both as `tasks = [...]` and as [[tasks]]")
+                    raise BoardError(f"{source}:{lineno}: tasks are given both as `tasks = [...]` "
+                                     "and as [[tasks]]")
                 yield head
             else:
                 number += 1
@@ -142,52 +172,58 @@ def _scan_toml(lines: Iterable[str], source: str) -> Iterator[BoardHead | RawTas
             chunk, chunk_line = [line], lineno
             continue
         (head_lines if chunk is None else chunk).append(line)
-    if chunk is None:  # no [[tasks]] tables: maybe `tasks = [{...}, ...]`, or no tasks at all
-        head, inline = _toml_head(head_lines, source)
-        if not inline:
-            raise BoardError(f"{source}: no [[tasks]] tables")
-        yield head
-        where = next((n for n, text in enumerate(head_lines, 1) if _INLINE_TASKS.match(text)), 0)
-        for number, row in enumerate(inline, 1):
-            yield _checked_row(row, number, where, source)
+    if chunk is not None:
+        yield _toml_task(chunk, chunk_line, number + 1, source)
         return
-    number += 1
-    yield _toml_task(chunk, chunk_line, number, source)
+    head, inline = _toml_head(head_lines, source)  # no [[tasks]]: maybe `tasks = [{...}, ...]`
+    if not inline:
+        raise BoardError(f"{source}: no [[tasks]] tables")
+    yield head
+    where = next((n for n, text in enumerate(head_lines, 1) if _INLINE_TASKS.match(text)), 0)
+    for number, row in enumerate(inline, 1):
+        yield _checked_row(row, number, where, source)
 
 
 def _toml_head(lines: list[str], source: str) -> tuple[BoardHead, list[Any]]:
-    data = toml_board_table("".join(lines), source)
+    try:
+        data = tomllib.loads("".join(lines))
+    except tomllib.TOMLDecodeError as err:
+        raise BoardError(f"{source}: not valid TOML: {err}") from None
+    unknown = sorted(set(data) - BOARD_KEYS)
+    if unknown:
+        raise BoardError(f"{source}: unknown board key(s) {', '.join(unknown)}; "
+                         f"allowed: {', '.join(sorted(BOARD_KEYS))}")
     inline = data.pop("tasks", None)
     if inline is not None and (not isinstance(inline, list) or not inline):
         raise BoardError(f"{source}: `tasks` must be a list of tables")
     problem = _json_problem(data)
     if problem:
         raise BoardError(f"{source}: {problem}")
-    head = BoardHead(format="toml", name=str(data.get("name") or Path(source).stem), settings=data)
-    return head, inline or []
+    name = str(data.get("name") or Path(source).stem)
+    return BoardHead(format="toml", name=name, settings=data), inline or []
 
 
 def _toml_task(chunk: list[str], first_line: int, number: int, source: str) -> RawTask:
     try:
         data = tomllib.loads("".join(chunk))
     except tomllib.TOMLDecodeError as err:
-        message = str(err)
-        at = _TOML_AT_LINE.search(message)
+        at = _TOML_AT_LINE.search(str(err))
         line = first_line + int(at.group(1)) - 1 if at else first_line
-        reason = _TOML_AT_LINE.sub("", message)
-        return RawTask(number=number, line=first_line, error=f"{source}:{line}: not valid TOML: {reason}",
-                       id=_guess_id(chunk))
+        reason = _TOML_AT_LINE.sub("", str(err))
+        return RawTask(number=number, line=first_line, id=_guess_id(chunk),
+                       error=f"{source}:{line}: not valid TOML: {reason}")
     extra = sorted(set(data) - {"tasks"})
     if extra:
         return RawTask(number=number, line=first_line, id=_guess_id(chunk), error=(
-            f"{source}:{first_line}: table(s) {', '.join(extra)} after [[tasks]]: board-wide keys go before the first [[tasks]]"
-        ))
+            f"{source}:{first_line}: table(s) {', '.join(extra)} after [[tasks]]: board-wide keys "
+            "go before the first [[tasks]]"))
     return _checked_row(data["tasks"][0], number, first_line, source)
 
 
 def _checked_row(row: Any, number: int, line: int, source: str) -> RawTask:
     if not isinstance(row, dict):
-        return RawTask(number=number, line=line, error=f"{source}:{line}: [[tasks]] #{number} must be a table")
+        return RawTask(number=number, line=line,
+                       error=f"{source}:{line}: [[tasks]] #{number} must be a table")
     task_id = row.get("id") if isinstance(row.get("id"), str) else ""
     problem = _json_problem(row)
     if problem:
@@ -206,32 +242,37 @@ def _guess_id(chunk: list[str]) -> str:
 
 def _json_problem(value: Any, key: str = "") -> str:
     """Rows are stored as JSON: TOML dates and times have no place on a board."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            problem = _json_problem(v, k)
-            if problem:
-                return problem
-    elif isinstance(value, list):
-        for v in value:
-            problem = _json_problem(v, key)
-            if problem:
-                return problem
-    elif not isinstance(value, (str, int, float, bool)) and value is not None:
+    if isinstance(value, (dict, list)):
+        items = value.items() if isinstance(value, dict) else ((key, v) for v in value)
+        return next((p for p in (_json_problem(v, k) for k, v in items) if p), "")
+    if not isinstance(value, (str, int, float, bool)) and value is not None:
         return f"'{key}': a {type(value).__name__} is not a board value"
     return ""
 
 
+def _cells(line: str) -> list[str]:
+    stripped = line.strip()
+    if not stripped.startswith("|"):
+        return []
+    return [c.strip() for c in stripped.strip("|").split("|")]
+
+
+def _header(cells: list[str]) -> list[str]:
+    """The columns, when `cells` are the header of a task table."""
+    columns = [c.lower() for c in cells]
+    return columns if set(columns) >= set(MARKDOWN_COLUMNS) else []
+
+
 def _scan_markdown(lines: Iterable[str], source: str) -> Iterator[BoardHead | RawTask]:
     """The `BoardHead` (a markdown board has no settings of its own), then a `RawTask` per row."""
-    head = BoardHead(format="markdown", name=Path(source).stem, settings={}, rows=ROWS_SPECS)
     columns: list[str] = []
     number = 0
     for lineno, line in enumerate(lines, 1):
         cells = _cells(line)
         if not columns:
-            if cells and {c.lower() for c in cells} >= set(MARKDOWN_COLUMNS):
-                columns = [c.lower() for c in cells]
-                yield head
+            columns = _header(cells)
+            if columns:
+                yield BoardHead(format="markdown", name=Path(source).stem, rows=ROWS_SPECS)
             continue
         if not cells:
             if line.strip():
@@ -242,12 +283,12 @@ def _scan_markdown(lines: Iterable[str], source: str) -> Iterator[BoardHead | Ra
         number += 1
         yield _markdown_task(cells, columns, number, lineno, source)
     if not columns:
-        raise BoardError(
-            f"{source}: no task table found; it needs the columns {' | '.join(c.title() for c in MARKDOWN_COLUMNS)}"
-        )
+        raise BoardError(f"{source}: no task table found; it needs the columns "
+                         f"{' | '.join(c.title() for c in MARKDOWN_COLUMNS)}")
 
 
-def _markdown_task(cells: list[str], columns: list[str], number: int, line: int, source: str) -> RawTask:
+def _markdown_task(cells: list[str], columns: list[str], number: int, line: int,
+                   source: str) -> RawTask:
     where = f"{source}:{line}"
     if len(cells) != len(columns):
         return RawTask(number=number, line=line, id=cells[0] if cells else "",
@@ -270,3 +311,19 @@ def _markdown_task(cells: list[str], columns: list[str], number: int, line: int,
     elif verification:
         row["acceptance"] = verification
     return RawTask(number=number, line=line, row=row, id=row["id"])
+
+
+def render_markdown_status(text: str, landed: set[str]) -> str:
+    """The board's text with `[x]` for every landed task (rows otherwise untouched)."""
+    out = []
+    columns: list[str] = []
+    for line in text.splitlines(keepends=True):
+        cells = _cells(line)
+        if _header(cells):
+            columns = _header(cells)
+        elif columns and len(cells) == len(columns):
+            row = dict(zip(columns, cells))
+            if row["id"] in landed and row["status"].strip() in ("[ ]", "[]"):
+                line = line.replace(row["status"], "[x]", 1)
+        out.append(line)
+    return "".join(out)
