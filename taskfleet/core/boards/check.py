@@ -49,9 +49,12 @@ def check_board(parsed: ParsedBoard, **overrides: Any) -> CheckedBoard:
     """The parsed board with `overrides` applied; BoardError when its board-wide part cannot run
     (or, checked whole, when any row cannot)."""
     head = replace(parsed.head, settings={**parsed.head.settings, **given(overrides)})
-    check_head(head, parsed.source)
+    # Settings that would fail every task refuse the board before anything starts.
+    spec_from_row({"id": "x", "done": True}, SPEC_KEYS, head.settings,
+                  f"{parsed.source}: board-wide settings")
     settings = Board(tasks=[], name=head.name, path=parsed.path, format=head.format,
                      **board_wide(head.settings))
+    check_board_settings(settings, parsed.source)
     checked = CheckedBoard(parsed.source, settings, head, iter(()))
     # The notice about --verify goes by the board as given, before the store sets a default base.
     as_given = replace(head, settings=dict(head.settings))
@@ -63,13 +66,6 @@ def check_board(parsed: ParsedBoard, **overrides: Any) -> CheckedBoard:
             raise BoardError(f"{parsed.source}: the board has no tasks")
         checked.board = replace(settings, tasks=tasks)
     return checked
-
-
-def check_head(head: BoardHead, source: str) -> None:
-    """Refuse board-wide settings that would fail every task (BoardError) before anything starts."""
-    where = f"{source}: board-wide settings"
-    spec_from_row({"id": "x", "done": True}, SPEC_KEYS, head.settings, where)
-    check_board_settings(Board(tasks=[], **board_wide(head.settings)), source)
 
 
 def load_board(path: Path | str, **overrides: Any) -> Board:

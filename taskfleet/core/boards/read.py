@@ -71,23 +71,15 @@ class ParsedBoard:
     whole: bool = False  # checked whole, every row valid: it goes inline in the run's input
 
 
-def board_format(path: str | Path) -> str:
-    return "toml" if str(path).endswith(".toml") else "markdown"
-
-
 def parse_board_file(path: str | Path, whole: bool = False) -> ParsedBoard:
     """A `.toml` or markdown board file, its rows read from the file as they are asked for;
     BoardError when it cannot be read or its board-wide part is malformed."""
-    parsed = _parsed(_file_lines(str(path)), str(path), board_format(path))
-    parsed.path, parsed.whole = str(path), whole
-    return parsed
+    return _parsed(_file_lines(str(path)), str(path), "", str(path), whole)
 
 
 def parse_board_text(text: str, source: str, fmt: str = "", whole: bool = False) -> ParsedBoard:
-    """A board given as text (the planner's answer, say); the format by `source`'s suffix."""
-    parsed = _parsed(iter(text.splitlines(keepends=True)), source, fmt or board_format(source))
-    parsed.whole = whole
-    return parsed
+    """A board given as text (the planner's answer, say); by default the format by `source`."""
+    return _parsed(iter(text.splitlines(keepends=True)), source, fmt, "", whole)
 
 
 def scan_specs(board: Board) -> ParsedBoard:
@@ -98,11 +90,12 @@ def scan_specs(board: Board) -> ParsedBoard:
     return ParsedBoard(board.path or board.name, board.format, head, rows, path=board.path)
 
 
-def _parsed(lines: Iterable[str], source: str, fmt: str) -> ParsedBoard:
+def _parsed(lines: Iterable[str], source: str, fmt: str, path: str, whole: bool) -> ParsedBoard:
+    fmt = fmt or ("toml" if source.endswith(".toml") else "markdown")
     items = _scan_markdown(lines, source) if fmt == "markdown" else _scan_toml(lines, source)
     head = next(items)
     assert isinstance(head, BoardHead)
-    return ParsedBoard(source, fmt, head, items)  # type: ignore[arg-type]
+    return ParsedBoard(source, fmt, head, items, path, whole)  # type: ignore[arg-type]
 
 
 def _file_lines(path: str) -> Iterator[str]:
