@@ -24,7 +24,6 @@ from taskfleet.core.boards.rules import (
     SPEC_KEYS,
     board_wide,
     check_board_settings,
-    given,
     spec_from_row,
     task_from_row,
 )
@@ -48,7 +47,8 @@ class CheckedBoard:
 def check_board(parsed: ParsedBoard, **overrides: Any) -> CheckedBoard:
     """The parsed board with `overrides` applied; BoardError when its board-wide part cannot run
     (or, checked whole, when any row cannot)."""
-    head = replace(parsed.head, settings={**parsed.head.settings, **given(overrides)})
+    given = {k: v for k, v in overrides.items() if v not in (None, "")}  # unset: the board's own
+    head = replace(parsed.head, settings={**parsed.head.settings, **given})
     # Settings that would fail every task refuse the board before anything starts.
     spec_from_row({"id": "x", "done": True}, SPEC_KEYS, head.settings,
                   f"{parsed.source}: board-wide settings")

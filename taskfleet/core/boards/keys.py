@@ -1,5 +1,5 @@
-"""Every key a board may set, in one registry: the parser's allowed keys, the docs' table and the
-planner's checks are read from it, so they cannot drift apart.
+"""Every key a board may set, in one registry: the parser's allowed keys and the docs' table are
+read from it, and the planner's keys checked against it, so none of them drifts from the others.
 
 A key's type and default come from its `TaskSpec` or `Board` field, unless the default is worked
 out when the board is read (then `default` says how, as a person reads it).
@@ -29,29 +29,31 @@ class BoardKey:
 
 
 def _shown(value: object) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, (int, float)):
         return f"{value:g}"
-    return "`true`" if value is True else "`false`" if value is False else \
-        '`""`' if value == "" else f"`{value}`"
+    return f"`{value}`" if value != "" else '`""`'
 
 
-def _key(name: str, scope: str, roles: str, description: str, default: str = "") -> BoardKey:
+def _key(name: str, scope: str, roles: str | tuple[str, ...], description: str,
+         default: str = "") -> BoardKey:
     field = {f.name: f for f in fields(Board if scope == BOARD else TaskSpec)}[name]
     if not default:
         factory = field.default_factory
         default = _shown(factory() if field.default is MISSING else field.default)  # type: ignore[misc]
     return BoardKey(name, _TYPES[field.type], default, scope,  # type: ignore[index]
-                    tuple(roles.split(",")), description)
+                    (roles,) if isinstance(roles, str) else roles, description)
 
 
 KEYS = (
     _key("name", BOARD, ALL,
-         "the board's name, in the run's workflow id (taskfleet-run-<name>-<8 hex>)",
+         "the board's name, in the run's workflow id (`taskfleet-run-<name>-<8 hex>`)",
          "the file's name, without its suffix"),
     _key("base", BOARD, ALL, "the branch tasks start from, and that `merge` lands into",
          "the remote's default branch"),
     _key("max_parallel", BOARD, ALL,
-         "at most this many tasks run at once (--max-parallel overrides it)"),
+         "at most this many tasks run at once (`--max-parallel` overrides it)"),
     _key("land", BOARD, ALL, "`push` each task branch, `merge` it into `base`, or `queue` it "
          "through the merge queue of `queue_target`"),
     _key("queue_verify", BOARD, QUEUE, "the command run on each merged batch",
@@ -70,7 +72,7 @@ KEYS = (
     _key("branch", TASK, ALL, "the task's branch; never the base branch, never shared by two tasks",
          "`task/<id>`"),
     _key("done", TASK, ALL, "`true`: skipped, as `[x]` on a markdown board"),
-    _key("run", BOTH, "implementer,planner",
+    _key("run", BOTH, (IMPLEMENTER, PLANNER),
          "the executor command line, run with `sh -c` in the task's worktree"),
     _key("verify", BOTH, ALL, "the verification command; its exit code decides"),
     _key("template", BOTH, IMPLEMENTER,
@@ -78,25 +80,25 @@ KEYS = (
     _key("task_type", BOTH, ALL, "the kind of task: its prompts show the lessons of its kind"),
     _key("activity_type", BOTH, IMPLEMENTER, "the kind of step, for lessons and the result cache"),
     _key("timeout_seconds", BOTH, ALL, "each command's time limit (a number > 0)"),
-    _key("refresh", BOTH, "implementer,judge", "`true` bypasses the result cache"),
+    _key("refresh", BOTH, (IMPLEMENTER, JUDGE), "`true` bypasses the result cache"),
     _key("worktree", BOTH, ALL, "`false`: a task that changes nothing runs in an empty scratch "
          "folder, with no worktree, commit or landing"),
     _key("env", BOTH, IMPLEMENTER, "worker variables the task needs (at most 64 names), each one "
-         "the worker's TASKFLEET_TASK_ENV lets tasks see"),
-    _key("implementer", BOTH, "implementer,planner",
+         "the worker's `TASKFLEET_TASK_ENV` lets tasks see"),
+    _key("implementer", BOTH, (IMPLEMENTER, PLANNER),
          "`anthropic`: Claude makes the change, instead of a `run` command"),
-    _key("model", BOTH, "implementer,judge", "the Claude model id",
-         "TASKFLEET_MODEL on the worker, else taskfleet's default model"),
+    _key("model", BOTH, (IMPLEMENTER, JUDGE), "the Claude model id",
+         "`TASKFLEET_MODEL` on the worker, else taskfleet's default model"),
     _key("max_tokens", BOTH, IMPLEMENTER, "the most tokens Claude may answer with, per request"),
-    _key("context", BOTH, "implementer,planner",
+    _key("context", BOTH, (IMPLEMENTER, PLANNER),
          "repo-relative globs of files Claude is shown, read from the base commit (200 KB in all)"),
-    _key("max_attempts", BOTH, "implementer,judge",
+    _key("max_attempts", BOTH, (IMPLEMENTER, JUDGE),
          "attempts per task: the first, then fix rounds and the judge's revise rounds"),
-    _key("llm_batch", BOTH, "implementer,judge",
+    _key("llm_batch", BOTH, (IMPLEMENTER, JUDGE),
          "`true`: model requests go in Message Batches; `false`: one direct call each"),
-    _key("llm_batch_max_size", BOTH, "implementer,judge",
+    _key("llm_batch_max_size", BOTH, (IMPLEMENTER, JUDGE),
          "a batch is sent when this many requests are queued"),
-    _key("llm_batch_max_age_seconds", BOTH, "implementer,judge",
+    _key("llm_batch_max_age_seconds", BOTH, (IMPLEMENTER, JUDGE),
          "a batch is sent at most this long after its oldest request was queued"),
     _key("judge", BOTH, JUDGE, "`anthropic`: a Claude judge reviews the change before it lands"),
     _key("judge_model", BOTH, JUDGE, "the Claude judge's model id", "the task's model"),

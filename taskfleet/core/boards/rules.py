@@ -24,11 +24,6 @@ _STRINGS = ("id", "scope", "branch", "run", "verify", "template", "task_type", "
 _FLAGS = ("refresh", "worktree", "done")
 
 
-def given(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The CLI's settings that were given (an unset flag leaves the board's own)."""
-    return {k: v for k, v in overrides.items() if v not in (None, "")}
-
-
 def board_wide(settings: dict[str, Any]) -> dict[str, Any]:
     """The board-wide fields of `Board` from a board's settings (file keys and CLI overrides)."""
     out = {k: settings[k] for k in BOARD_FIELDS if k in settings}
