@@ -86,7 +86,8 @@ def test_a_markdown_board_of_claude_tasks_needs_no_run(clone, tmp_path):
     path = tmp_path / "board.md"
     path.write_text("| ID | Scope | Status | Branch | Verification |\n|---|---|---|---|---|\n"
                     "| M1 | add it | [ ] | task/M1 | `make test` |\n")
-    stored = store_checked_board(check_board(parse_board_file(path), implementer="anthropic"), str(clone))
+    checked = check_board(parse_board_file(path), implementer="anthropic")  # and no --run
+    stored = store_checked_board(checked, str(clone))
     assert isinstance(stored, StoredBoard) and stored.first_page is not None
     (task,) = stored.first_page.tasks
     assert (task.implementer, task.run, task.verify) == ("anthropic", "", "make test")
@@ -97,7 +98,7 @@ def test_a_board_built_in_code_is_checked_where_it_enters(clone):
     bad = Board(tasks=[TaskSpec(id="A", run="x", verify="y")], max_parallel=0)
     with pytest.raises(BoardError, match="max_parallel must be a whole number >= 1"):
         store_board(bad, str(clone))
-    twice = Board(tasks=[TaskSpec(id="A", run="x", verify="y"), TaskSpec(id="A", run="x", verify="y")])
+    twice = Board(tasks=[TaskSpec(id="A", run="x", verify="y")] * 2)
     with pytest.raises(BoardError, match="duplicate task id A"):
         store_board(twice, str(clone))
     assert git(clone, "for-each-ref", "refs/taskfleet/") == ""
