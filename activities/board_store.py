@@ -15,9 +15,8 @@ from dataclasses import asdict, fields
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from taskfleet.core.board_rows import scan_specs
 from taskfleet.core.board_store import BoardStoreError, read_page, write_board
-from taskfleet.core.boards import BoardError
+from taskfleet.core.boards import BoardError, scan_specs
 from taskfleet.core.git_objects import GitStoreError, is_repository
 from taskfleet.core.models.board_store import (
     BoardPage,
@@ -43,12 +42,14 @@ class BoardStoreActivities:
     @activity.defn(name=ACTIVITY_STORE_BOARD)
     async def store_board(self, params: StoreBoardInput) -> BoardReference:
         """Store a board that came inline (already validated whole by the workflow) in the clone."""
+        board = scan_specs(params.board)
         try:
-            return await asyncio.to_thread(
-                write_board, params.repo, scan_specs(params.board), params.board.path or params.board.name
-            )
+            reference, _ = await asyncio.to_thread(write_board, params.repo, board.head, board.rows,
+                                                   board.source)
+            return reference
         except (GitStoreError, BoardError) as err:
-            raise ApplicationError(f"cannot store the board in {params.repo}: {err}", type="BoardStoreError",
+            raise ApplicationError(f"cannot store the board in {params.repo}: {err}",
+                                   type="BoardStoreError",
                                    non_retryable=not is_repository(params.repo)) from None
 
     @activity.defn(name=ACTIVITY_LOAD_BOARD_PAGE)

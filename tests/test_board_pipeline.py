@@ -7,10 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from taskfleet.clients.board_store import StoredBoard, store_checked_board
-from taskfleet.core.board_check import CheckedBoard, check_board
-from taskfleet.core.board_parse import ParsedBoard, parse_board_file
-from taskfleet.core.boards import BoardError, load_board
+from taskfleet.clients.board_store import StoredBoard, store_board, store_checked_board
+from taskfleet.core.boards import (
+    BoardError,
+    CheckedBoard,
+    ParsedBoard,
+    check_board,
+    load_board,
+    parse_board_file,
+)
+from taskfleet.core.models.orchestrator import Board, TaskSpec
 from tests.conftest import git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,3 +80,25 @@ def test_a_board_checked_whole_goes_inline_and_its_first_bad_row_refuses_it(clon
 def test_a_missing_file_is_refused_at_the_parse_stage(tmp_path):
     with pytest.raises(BoardError, match="cannot read board .*nowhere.toml"):
         parse_board_file(tmp_path / "nowhere.toml")
+
+
+def test_a_markdown_board_of_claude_tasks_needs_no_run(clone, tmp_path):
+    path = tmp_path / "board.md"
+    path.write_text("| ID | Scope | Status | Branch | Verification |\n|---|---|---|---|---|\n"
+                    "| M1 | add it | [ ] | task/M1 | `make test` |\n")
+    checked = check_board(parse_board_file(path), implementer="anthropic")  # and no --run
+    stored = store_checked_board(checked, str(clone))
+    assert isinstance(stored, StoredBoard) and stored.first_page is not None
+    (task,) = stored.first_page.tasks
+    assert (task.implementer, task.run, task.verify) == ("anthropic", "", "make test")
+    assert stored.first_page.tasks == load_board(path, implementer="anthropic").tasks
+
+
+def test_a_board_built_in_code_is_checked_where_it_enters(clone):
+    bad = Board(tasks=[TaskSpec(id="A", run="x", verify="y")], max_parallel=0)
+    with pytest.raises(BoardError, match="max_parallel must be a whole number >= 1"):
+        store_board(bad, str(clone))
+    twice = Board(tasks=[TaskSpec(id="A", run="x", verify="y")] * 2)
+    with pytest.raises(BoardError, match="duplicate task id A"):
+        store_board(twice, str(clone))
+    assert git(clone, "for-each-ref", "refs/taskfleet/") == ""

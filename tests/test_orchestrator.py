@@ -159,7 +159,7 @@ def test_malformed_boards_are_refused_with_the_key_or_line():
         'run = "x"\nverify = "y"\ncolour = "red"\n[[tasks]]\nid = "A"\n': "unknown board key(s) colour",
         'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n': "duplicate task id A",
         'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nbranch = "-evil"\n': "starts with '-'",
-        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nsize = 3\n': "[[tasks]] #1 (A): unknown key(s) size",
+        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nsize = 3\n': "board.toml:3: unknown key(s) size",
         '[[tasks]]\nid = "A"\n': "task A has no run command",
         'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n': "land must be 'push', 'merge' or 'queue'",
     }

@@ -158,6 +158,10 @@ async def test_a_claude_task_sent_back_by_the_queue_is_reimplemented_on_the_new_
     ("queue_retries = 99", "queue_retries"),
     ('queue_target = "bad..name"', "queue_target"),
     ("queue_verify = 7", "queue_verify"),
+    ("queue_parallel = 0", "queue_parallel"),
+    ("queue_parallel = 65", "queue_parallel"),
+    ("queue_flake_retries = -1", "queue_flake_retries"),
+    ('queue_flake_retries = "twice"', "queue_flake_retries"),
     ('land = "queues"', "land"),
 ])
 def test_a_bad_queue_setting_refuses_the_board_naming_the_key(setting: str, named: str):

@@ -7,7 +7,7 @@ from temporalio import workflow
 from temporalio.workflow import ChildWorkflowCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.core.llm_board_keys import ANTHROPIC
+    from taskfleet.core.boards import ANTHROPIC
     from taskfleet.core.llm_ids import llm_task_workflow_id
     from taskfleet.core.models.llm import LLMTaskInput
     from taskfleet.core.models.orchestrator import OrchestratorState, TaskInput, TaskOutcome, TaskResult

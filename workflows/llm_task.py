@@ -20,7 +20,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import root_cause_message
-    from taskfleet.core.judge_board_keys import has_judge
+    from taskfleet.core.boards import has_judge
     from taskfleet.core.models.judge import JudgeRequest, LandInput
     from taskfleet.core.models.llm import (
         REPLY_SUCCEEDED,

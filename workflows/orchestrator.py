@@ -38,8 +38,7 @@ from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.core.board_rows import check_board_settings
-    from taskfleet.core.boards import BoardError, validate_board
+    from taskfleet.core.boards import BoardError, check_board_settings, validate_board
     from taskfleet.core.models.git_batch import GitOpsLanded, OpOutcome
     from taskfleet.core.models.merge_queue import EntryOutcome, QueueOutcomes
     from taskfleet.core.models.orchestrator import (

@@ -18,8 +18,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.core.board_rows import check_board_settings
-    from taskfleet.core.boards import BoardError
     from taskfleet.core.errors import cause_message, root_cause_message
     from taskfleet.core.models.board_store import REASON_MAX_CHARS, StoreBoardInput
     from taskfleet.core.models.merge_queue import DefaultBranchInput
@@ -59,10 +57,6 @@ async def resolve_base(params: OrchestratorInput) -> None:
     except ActivityError as err:
         raise ApplicationError(f"board refused: {root_cause_message(err)}", type="BoardError",
                                non_retryable=True) from None
-    try:
-        check_board_settings(board, "OrchestratorWorkflow input")
-    except BoardError as err:
-        raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
 
 
 async def check_task_env(params: OrchestratorInput) -> None:

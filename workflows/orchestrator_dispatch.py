@@ -22,7 +22,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import root_cause_message
     from taskfleet.core.ids import landing_op_id
-    from taskfleet.core.judge_board_keys import has_judge
+    from taskfleet.core.boards import has_judge
     from taskfleet.core.models.orchestrator import (
         TASK_CANCELLED,
         TASK_FAILED,

@@ -2,8 +2,8 @@
 
 Each stage is a function of its own module, called once, in order, and hands the next a dataclass:
 
-    parse   taskfleet.core.board_parse.parse_board_file    -> ParsedBoard   the board-wide part; rows as a stream
-    check   taskfleet.core.board_check.check_board         -> CheckedBoard  the CLI's overrides; the board's rules
+    parse   taskfleet.core.boards.parse_board_file         -> ParsedBoard   the board-wide part; rows as a stream
+    check   taskfleet.core.boards.check_board              -> CheckedBoard  the CLI's overrides; the board's rules
     store   taskfleet.clients.board_store.store_checked_board -> StoredBoard  the clone checked; rows stored a page at a time
     start   taskfleet.clients.orchestrator.start_board     -> WorkflowHandle  the orchestrator, with the reference
 
@@ -24,8 +24,7 @@ from taskfleet.clients.board_store import StoredBoard, store_checked_board
 from taskfleet.clients.connection import connect, load_connect_config
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.clients.search_attributes import ensure_search_attributes
-from taskfleet.core.board_check import check_board
-from taskfleet.core.board_parse import parse_board_file
+from taskfleet.core.boards import check_board, parse_board_file
 from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import DEFAULT_TASK_QUEUE
 

@@ -4,7 +4,8 @@ A stored board is a git tree, named by its id and kept by `refs/taskfleet/boards
 
     board.json             {"version", "name", "format", "rows", "source", "settings", "tasks",
                             "pages": [[first row, rows], ...]}
-    pages/000000000.jsonl  one row per line: {"n", "line", "row": {...}} or {"n", "line", "id", "error"}
+    pages/000000000.jsonl  one row per line: {"n", "line", "row": {...}},
+                           or {"n", "line", "id", "error"}
 
 Why JSON lines of the rows as written (not the TOML text, not validated specs): a page is found
 from the manifest and read as one blob, in time and memory of that page alone (TOML cannot be
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from taskfleet.core.board_rows import BoardHead, RawTask, task_from_row
-from taskfleet.core.boards import BoardError
+from taskfleet.core.boards import BoardError, BoardHead, RawTask, task_from_row
 from taskfleet.core.git_objects import (
     GitStoreError,
     ObjectReader,
@@ -44,7 +45,8 @@ from taskfleet.core.task_env import env_name_problem
 FORMAT_VERSION = 1
 STORE_PAGE_ROWS = 500  # rows per stored page blob
 STORE_PAGE_BYTES = 256 * 1024  # or fewer, when rows are big
-ENV_NAMES_MAX = 256  # distinct `env` names a reference lists (each task is checked again as it runs)
+# Distinct `env` names a reference lists (each task is checked again as it runs).
+ENV_NAMES_MAX = 256
 
 
 class BoardStoreError(RuntimeError):
@@ -56,7 +58,8 @@ def _page_name(first_row: int) -> str:
 
 
 def _row_line(raw: RawTask) -> str:
-    """One row of a page: `{"n", "line", "row"}`, or `{"n", "line", "id", "error"}` for a row that cannot be read."""
+    """One row of a page: `{"n", "line", "row"}`, or `{"n", "line", "id", "error"}` for a row
+    that cannot be read."""
     data: dict[str, Any] = {"n": raw.number, "line": raw.line}
     if raw.error:
         data.update(id=raw.id, error=raw.error)
@@ -67,27 +70,25 @@ def _row_line(raw: RawTask) -> str:
 
 def _row_of(text: str | bytes) -> RawTask:
     data = json.loads(text)
-    return RawTask(number=data["n"], line=data["line"], row=data.get("row"), error=data.get("error", ""),
+    return RawTask(number=data["n"], line=data["line"], row=data.get("row"),
+                   error=data.get("error", ""),
                    id=data.get("id", "") or str((data.get("row") or {}).get("id", "")))
 
 
-def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: str = "") -> BoardReference:
-    """Store a board's rows (its `BoardHead` first, then a `RawTask` per task) in the clone, a page
-    at a time; its reference.
+def write_board(repo: str | Path, head: BoardHead, rows: Iterable[RawTask], source: str = "",
+                first_page: tuple[int, int] = (0, 0)) -> tuple[BoardReference, BoardPage | None]:
+    """The one way a board is stored: its rows written to the clone a page at a time; its
+    reference, and with `first_page` (rows, bytes) the first page as a worker would load it
+    (rows kept as they are written, through JSON as the store gives them back: no read back).
 
     Holds one page in memory; a BoardError from the rows (a board-wide problem) stops it before the
     reference exists (the blobs already written are unreachable and go with the next `git gc`).
     """
-    iterator = iter(items)
-    head = next(iterator)
-    if not isinstance(head, BoardHead):
-        raise TypeError("a scanned board starts with its BoardHead")
     entries: list[tuple[str, str]] = []
     pages: list[list[int]] = []
     page: list[bytes] = []
-    page_bytes = 0
-    total = 0
-    done = 0
+    kept: list[RawTask] = []
+    page_bytes = total = done = 0
     env = _EnvNames(head.settings.get("env"))
 
     def flush() -> None:
@@ -98,15 +99,16 @@ def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: 
             pages.append([first, len(page)])
             page, page_bytes = [], 0
 
-    for item in iterator:
-        if not isinstance(item, RawTask):
-            raise TypeError("a scanned board has one BoardHead")
-        line = (_row_line(item) + "\n").encode()
+    for item in rows:
+        text = _row_line(item)
+        line = (text + "\n").encode()
         if page and (len(page) >= STORE_PAGE_ROWS or page_bytes + len(line) > STORE_PAGE_BYTES):
             flush()
         page.append(line)
         page_bytes += len(line)
         total += 1
+        if len(kept) < first_page[0]:
+            kept.append(_row_of(text))
         done += bool(item.row and item.row.get("done") is True)
         if item.row and item.row.get("done") is not True:
             env.add(item.row.get("env"))
@@ -121,8 +123,14 @@ def write_board(repo: str | Path, items: Iterable[BoardHead | RawTask], source: 
     manifest_blob = write_blob(repo, json.dumps(manifest, sort_keys=True).encode())
     tree = write_tree(repo, [("board.json", manifest_blob)], [("pages", write_tree(repo, entries))])
     keep(repo, board_ref(tree), tree)
-    return BoardReference(board_id=tree, tasks=total, open_tasks=total - done, name=head.name, format=head.format,
-                          source=source, env=env.names())
+    reference = BoardReference(board_id=tree, tasks=total, open_tasks=total - done, name=head.name,
+                               format=head.format, source=source, env=env.names())
+    if not first_page[0]:
+        return reference, None
+    stored = replace(head, settings=json.loads(json.dumps(head.settings)))
+    request = BoardPageRequest(repo=str(repo), board_id=tree, start=0, max_tasks=first_page[0],
+                               max_bytes=first_page[1])
+    return reference, page_of(enumerate(kept), stored, source or head.name, total, request)
 
 
 class _EnvNames:
@@ -150,14 +158,16 @@ class BoardReader:
         try:
             manifest = json.loads(data)
         except ValueError:
-            raise BoardStoreError(f"board {board_id} in {repo}: its board.json is not JSON") from None
+            message = f"board {board_id} in {repo}: its board.json is not JSON"
+            raise BoardStoreError(message) from None
         if manifest.get("version") != FORMAT_VERSION:
             raise BoardStoreError(
-                f"board {board_id} in {repo}: format version {manifest.get('version')!r}; this worker reads {FORMAT_VERSION}"
+                f"board {board_id} in {repo}: format version {manifest.get('version')!r}; "
+                f"this worker reads {FORMAT_VERSION}"
             )
         self.manifest: dict[str, Any] = manifest
-        self.head = BoardHead(format=manifest["format"], name=manifest["name"], settings=manifest["settings"],
-                              rows=manifest["rows"])
+        self.head = BoardHead(format=manifest["format"], name=manifest["name"],
+                              settings=manifest["settings"], rows=manifest["rows"])
         self.source = manifest.get("source") or manifest["name"]
         self.total: int = manifest["tasks"]
 
@@ -167,7 +177,8 @@ class BoardReader:
         except GitStoreError as err:
             raise BoardStoreError(str(err)) from None
         if data is None:
-            raise BoardStoreError(f"no stored board {self.board_id} in {self.repo} (missing {path})")
+            raise BoardStoreError(
+                f"no stored board {self.board_id} in {self.repo} (missing {path})")
         return data
 
     def rows(self, start: int) -> Iterable[tuple[int, RawTask]]:
@@ -180,7 +191,8 @@ class BoardReader:
                 yield first + offset, _row_of(lines[offset])
 
     def page(self, request: BoardPageRequest) -> BoardPage:
-        """Rows from `request.start`, validated one by one, until `max_tasks` rows or `max_bytes`."""
+        """Rows from `request.start`, validated one by one, until `max_tasks` rows or
+        `max_bytes`."""
         return page_of(self.rows(request.start), self.head, self.source, self.total, request)
 
 
@@ -189,7 +201,8 @@ def page_of(rows: Iterable[tuple[int, RawTask]], head: BoardHead, source: str, t
     """A page of `rows` (row index, raw row) from `request.start`, each validated alone, until
     `max_tasks` rows or `max_bytes`: what a worker loads, and what the client that stored the
     board may hand the run as its first page."""
-    page = BoardPage(start=request.start, next=request.start, total=total, board_id=request.board_id)
+    page = BoardPage(start=request.start, next=request.start, total=total,
+                     board_id=request.board_id)
     used = 0
     for index, raw in rows:
         if index < request.start:
@@ -202,15 +215,17 @@ def page_of(rows: Iterable[tuple[int, RawTask]], head: BoardHead, source: str, t
             size = len(json.dumps(vars(spec)))  # flat: cheaper than asdict
             if size > TASK_MAX_BYTES:
                 raise BoardError(
-                    f"{_where(source, raw)}: task {spec.id} is {size // 1024} KB as JSON; a task may be at most "
-                    f"{TASK_MAX_BYTES // 1024} KB (put long templates in the templates folder)"
+                    f"{source}{raw.where}: task {spec.id} is {size // 1024} KB as JSON; a task "
+                    f"may be at most {TASK_MAX_BYTES // 1024} KB (put long templates in the "
+                    "templates folder)"
                 )
             item = None if spec.done else spec
         except BoardError as err:
             reason = str(err)
             if len(reason) > REASON_MAX_CHARS:
                 reason = reason[: REASON_MAX_CHARS - 3] + "..."
-            item = RefusedTask(index=index, id=raw.id or f"row-{raw.number}", line=raw.line, reason=reason)
+            item = RefusedTask(index=index, id=raw.id or f"row-{raw.number}", line=raw.line,
+                               reason=reason)
             size = len(json.dumps(vars(item)))
         if page.next > request.start and used + size > request.max_bytes:
             break
@@ -224,33 +239,6 @@ def page_of(rows: Iterable[tuple[int, RawTask]], head: BoardHead, source: str, t
             page.rows.append(index)
         page.next = index + 1
     return page
-
-
-def write_board_with_first_page(repo: str | Path, items: Iterable[BoardHead | RawTask], source: str,
-                                max_rows: int, max_bytes: int) -> tuple[BoardReference, BoardPage]:
-    """`write_board`, and the board's first page as a worker would load it (rows kept while they
-    are written: no read back), at most `max_rows` rows and `max_bytes` of specs."""
-    kept: list[RawTask] = []
-    heads: list[BoardHead] = []
-
-    def watched() -> Iterable[BoardHead | RawTask]:
-        for item in items:
-            # Kept as the store gives them back (through JSON), so the page is the one a worker reads.
-            if isinstance(item, BoardHead):
-                heads.append(BoardHead(format=item.format, name=item.name, rows=item.rows,
-                                       settings=json.loads(json.dumps(item.settings))))
-            elif len(kept) < max_rows:
-                kept.append(_row_of(_row_line(item)))
-            yield item
-
-    reference = write_board(repo, watched(), source)
-    request = BoardPageRequest(repo=str(repo), board_id=reference.board_id, start=0, max_tasks=max_rows,
-                               max_bytes=max_bytes)
-    return reference, page_of(enumerate(kept), heads[0], source or heads[0].name, reference.tasks, request)
-
-
-def _where(source: str, raw: RawTask) -> str:
-    return f"{source}:{raw.line}" if raw.line else f"{source}: task #{raw.number}"
 
 
 def read_page(request: BoardPageRequest) -> BoardPage:

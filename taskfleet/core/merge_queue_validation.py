@@ -23,6 +23,8 @@ _SHA1_HEX = re.compile(r"[0-9a-f]{40}")
 _REMOTE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_ENTRY_BYTES = 16 * 1024
 MAX_BATCH_LIMIT = 1000
+MAX_PARALLEL = 64
+MAX_FLAKE_RETRIES = 5
 
 
 class InvalidQueueEntry(ValueError):
@@ -129,9 +131,22 @@ def queue_numbers_problem(max_batch: Any, max_wait_seconds: Any, prefix: str = "
     return None
 
 
+def speculation_problem(parallel: Any, flake_retries: Any, prefix: str = "") -> str | None:
+    """Why a number of parallel verify runs or of flake retries is unusable, or None."""
+    if not _whole(parallel) or not 1 <= parallel <= MAX_PARALLEL:
+        return f"{prefix}parallel must be a whole number from 1 to {MAX_PARALLEL}, got {parallel!r}"
+    if not _whole(flake_retries) or not 0 <= flake_retries <= MAX_FLAKE_RETRIES:
+        return (f"{prefix}flake_retries must be a whole number from 0 to {MAX_FLAKE_RETRIES}, "
+                f"got {flake_retries!r}")
+    return None
+
+
 def queue_board_problem(settings: Any) -> str | None:
     """Why a board's `queue_*` keys cannot run (the key named), or None. `settings` is a `Board`."""
-    problem = queue_numbers_problem(settings.queue_max_batch, settings.queue_max_wait_seconds, "queue_")
+    problem = (
+        queue_numbers_problem(settings.queue_max_batch, settings.queue_max_wait_seconds, "queue_")
+        or speculation_problem(settings.queue_parallel, settings.queue_flake_retries, "queue_")
+    )
     if problem:
         return problem
     if not _whole(settings.queue_retries) or not 0 <= settings.queue_retries <= 20:

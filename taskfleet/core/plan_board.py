@@ -11,13 +11,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from taskfleet.core.board_check import check_board, unique_ids
-from taskfleet.core.board_parse import parse_board_text
-from taskfleet.core.board_rows import task_from_row
 from taskfleet.core.board_toml import board_toml
-from taskfleet.core.boards import BoardError, parse_toml_board
+from taskfleet.core.boards import (
+    BoardError,
+    check_board,
+    parse_board_text,
+    task_from_row,
+    unique_ids,
+)
 
-TASK_KEYS = ("id", "scope", "run", "implementer", "verify", "context")  # in the order they are written
+# The keys the planner writes, in the order they are written (each a board key of the planner's).
+TASK_KEYS = ("id", "scope", "run", "implementer", "verify", "context")
 REQUIRED = ("id", "scope", "verify")
 NAME_MAX_CHARS = 100
 MAX_PROBLEMS = 20
@@ -53,7 +57,8 @@ def answer_problems(answer: Any, max_tasks: int) -> list[str]:
     problems = []
     unknown = sorted(str(k) for k in set(answer) - {"name", "tasks"})
     if unknown:
-        problems.append(f"unknown key(s) {', '.join(unknown)[:100]}; submit_board takes `name` and `tasks`")
+        problems.append(f"unknown key(s) {', '.join(unknown)[:100]}; submit_board takes `name` "
+                        "and `tasks`")
     name = answer.get("name")
     if not _is_str(name) or not name.strip():
         problems.append("`name` must be a non-empty string")
@@ -63,8 +68,8 @@ def answer_problems(answer: Any, max_tasks: int) -> list[str]:
     if not isinstance(tasks, list) or not tasks:
         return problems + ["`tasks` must be a non-empty list of task objects"]
     if len(tasks) > max_tasks:
-        problems.append(f"the board has {len(tasks)} tasks; at most {max_tasks} are allowed: merge or drop tasks "
-                        "(a board over the limit is refused, never cut)")
+        problems.append(f"the board has {len(tasks)} tasks; at most {max_tasks} are allowed: merge "
+                        "or drop tasks (a board over the limit is refused, never cut)")
     for i, task in enumerate(tasks):
         where = f"tasks[{i}]"
         if not isinstance(task, dict):
@@ -74,7 +79,8 @@ def answer_problems(answer: Any, max_tasks: int) -> list[str]:
             where += f" ({task['id']})"
         extra = sorted(str(k) for k in set(task) - set(TASK_KEYS))
         if extra:
-            problems.append(f"{where}: unknown key(s) {', '.join(extra)[:100]}; a task takes {', '.join(TASK_KEYS)}")
+            problems.append(f"{where}: unknown key(s) {', '.join(extra)[:100]}; a task takes "
+                            f"{', '.join(TASK_KEYS)}")
         for key in REQUIRED:
             if not _is_str(task.get(key)):
                 problems.append(f"{where}: `{key}` must be a string")
@@ -88,16 +94,15 @@ def answer_problems(answer: Any, max_tasks: int) -> list[str]:
 
 
 def parser_problems(text: str) -> list[str]:
-    """What the board parser refuses in the written board: each task as a run loads it, ids and
-    branches shared by two tasks, then the whole board at once. Each problem names its task by its
-    place in the answer (the model never saw the TOML's line numbers)."""
+    """What the board parser refuses in the written board: each task as a run loads it, then ids
+    and branches shared by two tasks (what `taskfleet run` checks, row by row). Each problem
+    names its task by its place in the answer (the model never saw the TOML's line numbers)."""
     try:
         parsed = parse_board_text(text, SOURCE)
         head = check_board(parsed).head
         rows = list(parsed.rows)
     except BoardError as err:
         return [str(err)]
-    assert head is not None
     names = {raw.line: f"tasks[{raw.number - 1}] ({raw.id or 'no id'})" for raw in rows}
     problems = []
     for raw in rows:
@@ -105,16 +110,15 @@ def parser_problems(text: str) -> list[str]:
             task_from_row(raw, head, SOURCE)
         except BoardError as err:
             problems.append(f"{names[raw.line]}: {_WHERE.sub('', str(err))}")
-    for check in (lambda: list(unique_ids(rows, SOURCE)), lambda: parse_toml_board(text, SOURCE)):
-        if problems:
-            break
-        try:
-            check()
-        except BoardError as err:
-            message = _WHERE_LINE.sub(lambda m: names.get(int(m.group(1)), "the board") + ": ", str(err))
-            message = _LINE.sub(lambda m: f"(and {names.get(int(m.group(1)), 'another task')})", message)
-            problems.append(message)
-    return problems[:MAX_PROBLEMS]
+    if problems:
+        return problems[:MAX_PROBLEMS]
+    try:
+        list(unique_ids(rows, SOURCE))
+    except BoardError as err:
+        message = _WHERE_LINE.sub(lambda m: f"{names.get(int(m.group(1)), 'the board')}: ",
+                                  str(err))
+        return [_LINE.sub(lambda m: f"(and {names.get(int(m.group(1)), 'another task')})", message)]
+    return []
 
 
 def planned_board(answer: Any, base: str, goal: str, max_tasks: int) -> PlannedBoard:
@@ -123,10 +127,12 @@ def planned_board(answer: Any, base: str, goal: str, max_tasks: int) -> PlannedB
     if problems:
         raise BoardRefused(problems)
     rows = [{key: task[key] for key in TASK_KEYS if key in task} for task in answer["tasks"]]
-    header = ["Planned by taskfleet (`taskfleet plan`) for the goal:", *goal.strip().splitlines()[:20], "",
+    header = ["Planned by taskfleet (`taskfleet plan`) for the goal:",
+              *goal.strip().splitlines()[:20], "",
               "Read it, change what you like, then: taskfleet run <this file> --repo <clone>"]
     text = board_toml({"name": answer["name"].strip(), "base": base}, rows, header)
     problems = parser_problems(text)
     if problems:
         raise BoardRefused(problems)
-    return PlannedBoard(text=text, name=answer["name"].strip(), task_ids=[row["id"] for row in rows])
+    return PlannedBoard(text=text, name=answer["name"].strip(),
+                        task_ids=[row["id"] for row in rows])
