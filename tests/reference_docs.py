@@ -80,7 +80,21 @@ def _help_of(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> str:
     return ""
 
 
-GENERATED = {"docs/reference/cli.md": cli_reference}
+def board_keys_reference() -> str:
+    """docs/reference/board-keys.md: the key registry the board parser itself uses."""
+    from taskfleet.core.boards import keys_table
+
+    return "\n".join([
+        "# Board keys", "",
+        "Every key a board may set, from the registry the board parser uses (`make reference`).",
+        "**Scope**: `board`, a board-wide setting; `task`, a task's own; `both`, a task's own that the",
+        "board may set for every task that does not. A TOML board names them as written; a markdown board",
+        "gets its board-wide settings from the command line (see [Boards](../boards.md)).", "",
+        keys_table(),
+    ])
+
+
+GENERATED = {"docs/reference/cli.md": cli_reference, "docs/reference/board-keys.md": board_keys_reference}
 
 
 def main() -> None:
