@@ -1,11 +1,6 @@
-"""Activities of boards by reference: store an inline board, load a page of a stored board, record
-a batch of outcomes.
-
-The orchestrator never holds a whole board or every outcome: it asks for the next page as its
-window needs tasks, and hands finished tasks' outcomes to the run store in batches. Both read and
-write the clone (`taskfleet.core.board_store`, `taskfleet.core.run_store`), which every worker of
-the board shares.
-"""
+"""Activities for boards by reference: store an inline board, load a page, record outcomes.
+The orchestrator never holds a whole board or every outcome: both live in the clone every worker
+shares (`taskfleet.core.board_store`, `taskfleet.core.run_store`)."""
 
 from __future__ import annotations
 
@@ -54,7 +49,7 @@ class BoardStoreActivities:
 
     @activity.defn(name=ACTIVITY_LOAD_BOARD_PAGE)
     async def load_board_page(self, request: BoardPageRequest) -> BoardPage:
-        """Rows from `request.start`, each validated alone: a bad row comes back refused, with its line."""
+        """Rows from `request.start`, validated one by one: a bad row is refused with its line."""
         if request.start < 0 or request.max_tasks < 1 or request.max_bytes < 1:
             raise ApplicationError(f"bad page request {request.start}+{request.max_tasks}", type="BoardStoreError",
                                    non_retryable=True)
@@ -74,7 +69,8 @@ class BoardStoreActivities:
                 append_outcomes, batch.repo, batch.run_ref, batch.batch_id, lines
             )
         except RunStoreError as err:
-            raise ApplicationError(str(err), type="RunStoreError") from None  # retried: a lock may clear
+            # retryable: a lock may clear
+            raise ApplicationError(str(err), type="RunStoreError") from None
         return RecordedBatch(commit=commit, recorded=count, already_recorded=already)
 
     @activity.defn(name=ACTIVITY_READ_OUTCOMES)
@@ -91,7 +87,7 @@ class BoardStoreActivities:
 
 
 def outcome_from_json(data: dict) -> TaskOutcome:
-    """A stored outcome as a TaskOutcome: keys of other versions are left out, missing ones default."""
+    """A stored outcome: keys of other versions are left out, missing ones take their defaults."""
     return TaskOutcome(**{k: v for k, v in data.items() if k in _OUTCOME_FIELDS})
 
 

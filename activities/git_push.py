@@ -67,9 +67,7 @@ def push_refs(
     repo: Repo, remote: str, refs: list[str], atomic: bool, leased: list[str] | None = None
 ) -> dict[str, PushInfo]:
     """One `git push` carrying every ref; raises (retryably) only when the push as a whole failed.
-
-    `leased` refs may move non-fast-forward, but only from where this clone last saw them.
-    """
+    `leased` refs may move non-fast-forward, but only from where this clone last saw them."""
     refspecs = [f"{ref}:{ref}" for ref in refs]
     options: dict = {"atomic": atomic}
     if leased:
@@ -90,22 +88,18 @@ def push_refs(
 
 
 def _seen_on_remote(repo: Repo, remote: str, ref: str) -> str:
-    """The lease's expected value: the remote-tracking ref, or empty (the ref must not exist yet)."""
+    """The lease's expected value: the tracking ref, or empty (the ref must not exist yet)."""
     return ref_commit(repo, ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1)) or ""
 
 
 def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: dict[str, Applied]) -> dict[str, str]:
-    """Each successfully pushed ref's value on the remote, as the push reported it (the op's `branch_commit`).
-
-    `git push` records what it set (or found up to date) in the remote-tracking ref; the porcelain
-    summary's abbreviated `old..new` must agree with it. Without a tracking ref (a remote with no
-    fetch refspec) the value applied is used when the summary confirms it.
-    """
+    """Each pushed ref's value on the remote (an op's `branch_commit`): its tracking ref, checked
+    against the summary's `old..new`; else the value sent, if the summary confirms it."""
     ok = {ref: info for ref, info in infos.items() if not info.flags & _FAILED_FLAGS}
     if not ok:
         return {}
     tracking = {ref: ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1) for ref in ok}
-    # Read in process (libgit2): a `git for-each-ref` per batch was the only process after the push.
+    # Read in process (libgit2): not a `git for-each-ref` process per batch.
     where = repo.working_tree_dir or repo.git_dir
     found = {name: value for name in tracking.values() if (value := resolve(where, name))}
     sent = {a.ref: a.commit for a in applied.values()}
@@ -221,10 +215,8 @@ class GitPushActivities:
 
 
 async def tell_listeners(params: PushBatchInput, result: PushBatchOutput) -> list[str]:
-    """Signal `git_ops_landed` to each op's `reply_to`, all at once; the listeners reached.
-
-    A listener that is gone, or a signal that fails or takes too long, is left to the batcher,
-    which signals every listener not in the list (a listener told twice keeps the first)."""
+    """Signal `git_ops_landed` to each op's `reply_to` at once; returns the listeners reached. The
+    others (gone, failed, slow) are told by the batcher; a listener told twice keeps the first."""
     by_listener = outcomes_by_listener(params.ops, result.outcomes)
     if not by_listener:
         return []

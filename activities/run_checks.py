@@ -21,10 +21,8 @@ from taskfleet.core.settings import TaskfleetSettings
 
 
 def clone_lease(coordination_queue: str):
-    """The lease on a clone's claims folder, shared by every pod: one claimer at a time, writing
-    under a fencing token recorded beside the claims. Given back by signal: the claim's activity
-    need not wait for the lock to note it (the next claimer is granted once it has). One lock per
-    clone whatever queue the run is on: it runs on the coordination queue every worker polls."""
+    """The lease on a clone's claims folder, shared by every pod (one lock per clone, on the
+    coordination queue), fenced; given back by signal, so the claim need not wait."""
 
     def hold(folder: Path):
         lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30, task_queue=coordination_queue)
@@ -63,7 +61,7 @@ class RunCheckActivities:
 
     @activity.defn(name=ACTIVITY_CHECK_TASK_ENV)
     async def check_task_env(self, check: TaskEnvCheck) -> None:
-        """Refuse a board that asks for worker variables this worker does not give tasks (or lacks)."""
+        """Refuse a board that asks for worker variables this worker does not give tasks."""
         problem = task_env_problem(list(check.names)[:1000])
         if problem:
             raise ApplicationError(problem, type="EnvNotAllowed", non_retryable=True)

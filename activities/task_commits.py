@@ -1,9 +1,6 @@
-"""A command task's commit: its work as one commit on the task branch, carrying the task's trailers.
-
-The trailers (task id, run key) are how a retry finds the commit its run already made, so every
-way a task's commit is made here writes the same message: committed after a run, or a cached
-result's commit made again on today's base.
-"""
+"""A command task's commit: its work as one commit on the task branch, carrying the task's trailers
+(task id, run key) by which a retry finds the commit its run already made; a cached result's
+commit made again on today's base carries the same."""
 
 from __future__ import annotations
 
@@ -43,7 +40,7 @@ def _commit_env(path: str | Path) -> dict[str, str]:
 
 
 def on_branch_at(worktree: Path, branch: str, commit: str) -> bool:
-    """Whether the worktree's HEAD is the branch and the branch is at `commit` (read from files)."""
+    """Whether HEAD is the branch and the branch is at `commit` (read from files)."""
     try:
         return head_branch(worktree) == branch and resolve(str(worktree), branch, None, required=False) == commit
     except (OSError, RefWriteRefused, OpFailed):
@@ -54,20 +51,13 @@ async def commit_work(
     worktree: Path, task_id: str, scope: str, branch: str, base_commit: str, run_key: str,
     heartbeat: Heartbeat = _nothing,
 ) -> str:
-    """Commit what the executor staged onto the task's branch, wherever the executor left HEAD.
-
-    Executors (agents) may commit, switch or create branches: the task's work is the worktree's
-    content, on top of the executor's own commits when they build on the base. When HEAD is still
-    the task branch at the base, `git commit` makes it in one process; otherwise the commit is made
-    with plumbing (write-tree, commit-tree) and the task branch set to it. Either way the branch
-    that is pushed carries the task's work.
-    """
+    """Commit what the executor staged onto the task branch (over its own commits that build on the
+    base): `git commit` when HEAD is the branch at the base, else write-tree and commit-tree."""
     message = ("-m", _title(task_id, scope), "-m", _trailers(task_id, run_key))
     env = _commit_env(worktree)
     if on_branch_at(worktree, branch, base_commit):
-        # The common case (the executor left HEAD on the task branch at the base): one `git commit`
-        # writes the tree, the commit and the branch. No hook runs (as with commit-tree) and the
-        # message is kept verbatim.
+        # The common case: one `git commit` writes tree, commit and branch; no hook runs (as with
+        # commit-tree) and the message is kept verbatim.
         await git(worktree, "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "--allow-empty",
                   "--cleanup=verbatim", *message, env=env, heartbeat=heartbeat)
         return resolve(str(worktree), branch, None)
@@ -88,12 +78,8 @@ async def commit_work(
 
 
 async def commit_from_cache(repo: str, cached_commit: str, worktree: Worktree, task_id: str, run_key: str) -> str:
-    """A cached result's commit on the task branch, on today's base; "" when unusable.
-
-    The cache is keyed by the base's tree, so a commit made on an older base commit with the same
-    tree is the same work: it is committed again on the current base (same tree, this run's
-    trailers), never pushed on the old one.
-    """
+    """A cached result's commit made again on today's base (same tree: the cache is keyed by it); ""
+    when unusable. Never pushed on the old base."""
     ran = await git_run(repo, "rev-parse", f"{cached_commit}^{{commit}}", f"{cached_commit}^",
                         f"{cached_commit}^{{tree}}")
     lines = ran.out.split()
@@ -106,17 +92,17 @@ async def commit_from_cache(repo: str, cached_commit: str, worktree: Worktree, t
             repo, "commit-tree", tree, "-p", worktree.base_commit, "-m", message or task_id,
             "-m", _trailers(task_id, run_key), env=_commit_env(repo),
         )
-    # Point the task branch (checked out in the worktree) at the commit.
+    # `reset --hard` points the task branch (checked out here) at the commit.
     return commit if (await git_run(worktree.path, "reset", "-q", "--hard", commit)).code == 0 else ""
 
 
 class TreeIds:
-    """Commit -> tree id, per clone. A commit never changes its tree, so each is asked of git once
-    (a bounded memory: the oldest entry goes first)."""
+    """Commit -> tree id per clone, asked of git once (a commit never changes its tree); bounded,
+    oldest first out."""
 
     def __init__(self, entries: int = TREE_CACHE_ENTRIES) -> None:
         self.entries = entries
-        self._trees: dict[tuple[str, str], str] = {}  # (clone, commit) -> its tree
+        self._trees: dict[tuple[str, str], str] = {}  # (clone, commit) -> tree
 
     async def tree_of(self, repo: str, commit: str) -> str:
         key = (os.path.abspath(repo), commit)

@@ -1,15 +1,7 @@
-"""`taskfleet_run_task_group`: several tasks without a worktree, run by one activity.
-
-Why: a task that changes nothing (a check, a report: `worktree = false`) costs its command and
-little else, and at fleet scale one activity per task costs more than the task: ~5 ms of server
-CPU per activity here, against ~3 ms for a no-op task's two commands. A group runs its tasks
-concurrently, each exactly as `taskfleet_run_task` runs it (same code, same log, same lessons),
-and returns one `TaskResult` per task, so the orchestrator's bookkeeping stays per task.
-
-A task that raises is that task's failed result, never the group's. A group retried after its
-worker was lost runs its tasks again: safe for tasks that change nothing, which is all a group
-holds.
-"""
+"""`taskfleet_run_task_group`: several tasks without a worktree, run by one activity, because one
+activity per no-op task costs more server CPU than the task. Each runs as `taskfleet_run_task`
+runs it, with one `TaskResult` each; a task that raises fails alone. A retried group runs its
+tasks again: safe, as a group holds only tasks that change nothing."""
 
 from __future__ import annotations
 
@@ -37,8 +29,7 @@ class TaskGroupActivities:
     @activity.defn(name=ACTIVITY_RUN_TASK_GROUP)
     async def run_task_group(self, group: TaskGroupInput) -> TaskGroupResult:
         activity.logger.info("group of %d tasks from %s", len(group.tasks), group.tasks[0].id if group.tasks else "-")
-        # return_exceptions: when the group is cancelled, gather waits until every task has
-        # stopped its processes (without it, the first cancelled task would end the group).
+        # return_exceptions: a cancelled group waits until every task has stopped its processes.
         results = await asyncio.gather(*(self._one(group, task) for task in group.tasks), return_exceptions=True)
         return TaskGroupResult(results=[
             r if isinstance(r, TaskResult) else TaskResult(id=t.id, status=TASK_FAILED, reason=root_cause_message(r))

@@ -1,13 +1,7 @@
-"""Handing a task's committed branch over to be landed.
-
-A task's activity never pushes: it submits one landing op to the clone's `GitBatchWorkflow` (or an
-entry to the target's merge queue), which tells the orchestrator once the branch lands. Ops of a
-worker's tasks that end together leave in one signal (activities/git/landing_outbox.py). The
-board's last tasks also ask the batcher to flush once all their ops are queued: no later op will
-fill their batch, and the run's own flush (once every task has finished) comes two trips through
-the server later. The op's id comes from the run and the task, so a retry submits the same op
-again and the batcher keeps one.
-"""
+"""Handing a task's committed branch over to be landed: one landing op to the clone's
+`GitBatchWorkflow` (or an entry to the merge queue), never a push; ops of tasks ending together
+leave in one signal. The board's last tasks ask for a flush once queued. The op id comes from the
+run and the task, so a retried submit is kept once."""
 
 from __future__ import annotations
 
@@ -49,7 +43,7 @@ def batcher_config(params: TaskInput) -> GitBatchConfig:
 
 
 async def submit_landing(params: TaskInput, result: TaskResult) -> None:
-    """Submit `result.commit` for landing and note the landing op's id on `result` (from an activity)."""
+    """Submit `result.commit` for landing; note the op's id on `result` (from an activity)."""
     if params.queue is not None:
         await submit_to_queue(params, result)
         return
@@ -70,10 +64,9 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
     together = list(params.land_together)
 
     async def flush() -> None:
-        # A signal of its own, not a field of the op: a batcher of an older version refuses an op
-        # with a field it does not know (and flushes at once on this signal, whatever it carries).
+        # A signal of its own, not a field of the op: an older batcher refuses an op with a field it
+        # does not know.
         await client.get_workflow_handle(batcher).signal(SIGNAL_FLUSH, {FLUSH_AFTER: together})
 
-    # Ops of tasks ending together share one signal-with-start (activities/git/landing_outbox.py).
     await outbox().send(batcher, op_payload(op), send, flush=(tuple(together), flush) if together else None)
     result.landing_op_id = op.id

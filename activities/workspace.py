@@ -1,10 +1,6 @@
-"""`Workspace`: where every step that runs a board's commands works, the same way for each of them
-(a task's implementer and verify, a Claude task's verify, a judge command, the merge queue's verify).
-
-A step checks out a pooled worktree (`checkout`), runs its commands under one token that marks
-every process they start (`commands`: recorded, so a crashed worker's are found and killed), ends
-the token (what still carries it is stopped) and gives the worktree back, on every path.
-"""
+"""`Workspace`: where every step that runs a board's commands works, the same way for each (a task's
+implementer and verify, a judge command, the merge queue's verify): a pooled worktree
+(`checkout`), commands under one recorded token (`commands`), whose leftovers are always stopped."""
 
 from __future__ import annotations
 
@@ -32,7 +28,7 @@ from taskfleet.activities.processes.executor_records import (
 from taskfleet.core.settings import TaskfleetSettings
 
 Heartbeat = Callable[[], None]
-# `run(command, cwd, env, log, timeout, label, **run_command options)`: one command under the token.
+# `run(command, cwd, env, log, timeout, label, **options)`: one command under the token.
 RunCommand = Callable[..., Awaitable[CommandResult]]
 
 
@@ -72,8 +68,8 @@ class Workspace:
             )
 
     async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
-        """A retry: whatever an earlier attempt of this task still runs on this machine (its worker
-        killed or cut off from the server) is killed before this attempt starts anything."""
+        """A retry: whatever an earlier attempt of this task still runs on this machine is killed
+        before this attempt starts anything."""
         killing = asyncio.ensure_future(asyncio.to_thread(kill_task_processes, task_key(run_key, task_id)))
         while not (await asyncio.wait({killing}, timeout=1.0))[0]:
             activity.heartbeat(task_id)  # a kill may wait seconds for a process to go
@@ -93,8 +89,8 @@ class Workspace:
 
     @asynccontextmanager
     async def commands(self, heartbeat: Heartbeat, extra_env: dict[str, str] | None = None) -> AsyncIterator[RunCommand]:
-        """A `run` for one or more commands sharing a token (each command's process group is
-        recorded under it); when the block ends, whatever still carries the token is stopped."""
+        """A `run` for commands sharing a token (each group recorded under it); when the block ends,
+        whatever still carries the token is stopped."""
         token = self.executors.new_token()
 
         async def run(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, timeout: float, label: str,
@@ -108,9 +104,8 @@ class Workspace:
             await self.end_token(token)
 
     async def end_token(self, token: str) -> None:
-        """Stop what still carries a finished step's token, then journal the token as ended; when
-        the sweep fails, the token stays journalled, for the reaper once this worker is gone. In a
-        PID namespace the kernel has killed everything a command started when it ended: no sweep."""
+        """Stop what carries a finished step's token, then journal it ended (a failed sweep leaves
+        it for the reaper). In a PID namespace the kernel already killed it all: no sweep."""
         if current_policy().trees.namespaced:
             self.executors.forget(token)
             return

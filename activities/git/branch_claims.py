@@ -1,20 +1,7 @@
-"""Which run holds which task branches of a clone, so two running boards never share a branch.
-
-Default branches are `task/<id>`, not scoped to a board: two boards with the same ids on one clone
-would reset each other's branches and force-push over each other's work. Before any task runs, a
-run claims its branches in `<clone's git dir>/taskfleet-claims/` (one small file per branch, under a
-lock): a branch claimed by another run that is still RUNNING refuses the new run, naming the holder.
-A claim of a run that has finished (or of an earlier run of the same workflow id) is simply taken
-over, so nothing needs releasing, and a crash leaves nothing to clean.
-
-The folder stays as small as the runs still running: each run lists the files it wrote in a ledger
-(`runs/<hash of the run>`), and every claim first removes the files of runs that are no longer
-running (found stale). Folders from before the ledgers are swept once, whole.
-
-The clone may be shared by pods on several hosts, where flock means nothing: the claim activity
-passes a `guard`, the clone's lease lock (`LeaseLockWorkflow`), and writes under its fencing token.
-Without one (no client at hand) a host-local flock guards the folder.
-"""
+"""Which run holds which task branches of a clone: default branches (`task/<id>`) are not scoped to
+a board, so two running boards must not share one. A claim file per branch; a finished run's
+claims are taken over (nothing to release), a ledger per run lets stale ones be swept. Writes run
+under the clone's lease lock (pods on many hosts), else a host flock."""
 
 from __future__ import annotations
 
@@ -112,7 +99,8 @@ class BranchClaims:
         check()  # still the holder of the clone's lease, and no later token has written here
         ledger = _ledger(folder, claim.workflow_id, claim.first_run_id)
         ledger.parent.mkdir(exist_ok=True)
-        with open(ledger, "a") as out:  # first the ledger: a file it does not list could never be swept
+        # first the ledger: a file it does not list could never be swept
+        with open(ledger, "a") as out:
             if out.tell() == 0:
                 out.write(json.dumps(me) + "\n")
             out.writelines(_file(folder, branch).name + "\n" for branch in claim.branches)
@@ -141,8 +129,8 @@ class BranchClaims:
             ledger.unlink(missing_ok=True)
 
     async def _sweep_unledgered(self, folder: Path, running: _Running, check: Callable[[], None]) -> None:
-        """A folder from before the ledgers: each branch file read once; those of runs that are not
-        running removed, the others listed in their run's ledger."""
+        """A folder from before the ledgers: claims of stopped runs removed, the others put in their
+        ledger."""
         by_run: dict[tuple[str, str], list[str]] = {}
         for path in folder.glob("*.json"):
             try:

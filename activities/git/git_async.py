@@ -1,10 +1,7 @@
 """`git` (and file locks) from the worker's event loop: no thread waits, everything heartbeats.
-
-A git command is a child process watched through a pidfd in the event loop (as the executor does),
-its output captured in anonymous memory files, so a hundred tasks waiting on git or on a lock use
-no thread at all: the activity's coroutine keeps heartbeating while it waits. Thread pools are
-small (min(32, cores + 4)); a thread blocked in `flock` for a task's lifetime starves the worker.
-"""
+A git command is a child process watched through a pidfd, its output in memory files, so a
+hundred tasks waiting on git or a lock use no thread (thread pools are small: one blocked in
+`flock` for a task's lifetime starves the worker)."""
 
 from __future__ import annotations
 
@@ -54,7 +51,7 @@ class GitError(Exception):
         # that names a lock file says which file.
         named = [line for line in lines if _NAMES_A_LOCK.search(line)]
         detail = named[0] if named else (lines[-1] if lines else f"exit {code}")
-        self.lock_file = _NAMES_A_LOCK.search(named[0]).group(1) if named else ""  # the lock it met, if any
+        self.lock_file = _NAMES_A_LOCK.search(named[0]).group(1) if named else ""
         super().__init__(f"git {' '.join(args[:2])} failed: {detail.strip()}")
 
 
@@ -83,12 +80,8 @@ def _read_all(fd: int) -> str:
 async def git_run(
     cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing
 ) -> GitRun:
-    """Run `git args...` in `cwd`; its exit code and output, whatever the code.
-
-    When git fails only because another process (another pod, on a shared clone) holds one of its
-    lock files (`index.lock`, `config.lock`, `packed-refs.lock`, a ref's), the command is run
-    again with jittered backoff for up to a minute: contention, never a task failure.
-    """
+    """`git args...` in `cwd`, whatever its exit code; failing only on another process's lock file
+    (contention on a shared clone), it is retried with backoff for up to a minute."""
     delays = retry_delays(LOCK_RETRY_SECONDS)
     while True:
         ran = await _git_once(cwd, *args, env=env, heartbeat=heartbeat)

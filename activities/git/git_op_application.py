@@ -1,10 +1,7 @@
-"""Applying one git op to a local clone (commit in a worktree, merge without a checkout).
-
-Every step is idempotent, so a push activity retried after a worker crash re-applies its batch
-safely: a commit op whose commit is already on the branch (found by its `Taskfleet-Op` trailer) is
-not committed again, and a merge whose branch is already in the target is not merged again.
-Arguments reach git as an argv list through GitPython, never through a shell.
-"""
+"""Applying one git op to a local clone (commit in a worktree, merge without a checkout). Every step
+is idempotent so a retried push activity re-applies its batch safely: a commit already on the
+branch (its `Taskfleet-Op` trailer) or a branch already merged is not done again. Git gets argv,
+no shell."""
 
 from __future__ import annotations
 
@@ -42,14 +39,12 @@ class Applied:
     commit: str
     made_commit: bool
     note: str = ""
-    # merge: the tip of the merged branch (the outcome's `branch_commit`); else empty (the pushed
-    # value of `ref` is the branch's commit).
+    # merge: the merged branch's tip (the outcome's `branch_commit`); else empty.
     branch_commit: str = ""
 
 
 def check_expected(repo: Repo, op: GitOp) -> None:
-    """An op with `expect_commit` lands only if its branch is still at that commit: work committed on
-    a branch that has moved since is not what was verified."""
+    """Work committed on a branch that has moved since `expect_commit` is not what was verified."""
     if not op.expect_commit:
         return
     actual = ref_commit(repo, f"refs/heads/{op.branch}")
@@ -83,8 +78,7 @@ def commit_env(repo: Repo) -> dict[str, str]:
 
 def ref_commit(repo: Repo, ref: str) -> str | None:
     """The commit a ref names, or None. Branches and remote-tracking refs are read from the ref
-    files in-process (a batch asks for several per op: a git process each added up); anything
-    else is asked of git."""
+    files in-process (a batch asks several per op); anything else is asked of git."""
     if ref.startswith(("refs/heads/", "refs/remotes/")):
         try:
             return SymbolicReference.dereference_recursive(repo, ref)
@@ -123,8 +117,7 @@ def _open_worktree(path: str) -> Repo:
 
 @dataclass
 class Checkout:
-    """A checkout's git state as its files record it: read in microseconds, with no `Repo` and no
-    git process (a batch checks every commit op's worktree before committing)."""
+    """A checkout's git state read from its files in microseconds: no `Repo`, no git process."""
 
     root: Path
     git_dir: Path
@@ -166,7 +159,7 @@ class Checkout:
 
 
 def _check_worktree(repo: Repo, op: GitOp) -> Checkout:
-    """The commit op's worktree, once it is known to be a checkout of this clone on the op's branch."""
+    """The op's worktree, once known to be a checkout of this clone on the op's branch."""
     checkout = Checkout.read(op.worktree)
     if checkout.common_dir != Path(repo.common_dir).resolve():
         raise OpFailed(f"worktree {op.worktree} belongs to another repository than {repo.working_dir}")
@@ -184,11 +177,8 @@ def _check_worktree(repo: Repo, op: GitOp) -> Checkout:
 
 
 def apply_commit(repo: Repo, op: GitOp, first_attempt: bool = False) -> Applied:
-    """Stage the op's files (all changes when none are named) in its worktree and commit on its branch.
-
-    Only `git add` and `git commit` run as processes; branch and head are read from the ref files,
-    and commit messages through the clone's one `cat-file` process (worktrees share its objects).
-    """
+    """Stage the op's files (all when none are named) in its worktree and commit on its branch; only
+    `add` and `commit` spawn git (refs are read from files, messages via `cat-file`)."""
     _check_worktree(repo, op)
     worktree = _open_worktree(op.worktree)
     try:
@@ -251,7 +241,7 @@ def _checked_out_at(repo: Repo, branch: str) -> Path | None:
 
 
 def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
-    """Merge `branch` into `target` with `git merge-tree`, touching no checkout unless target is out."""
+    """Merge with `git merge-tree`, touching a checkout only if `target` is checked out."""
     check_expected(repo, op)
     target = op.target or default_branch(repo, remote)
     problem = branch_name_problem(target)
@@ -340,9 +330,9 @@ def apply_op(repo: Repo, op: GitOp, remote: str, first_attempt: bool = False) ->
     raise OpFailed(f"unknown op_type {op.op_type!r}")
 
 
-# Commits a wave of independent commit ops at once from ONE shell: git processes fork from sh,
-# in parallel, instead of one Python spawn (holding the GIL) per git call. Every value arrives as
-# a positional argument; none is ever part of the script text.
+# Commits a wave of independent commit ops from ONE shell: git processes fork from sh in parallel,
+# not one Python spawn (holding the GIL) per call. Values arrive as positional arguments, never as
+# script text.
 _WAVE_SCRIPT = r"""
 i=0
 while [ "$#" -gt 0 ]; do
@@ -357,11 +347,8 @@ wait
 
 
 def commit_wave(repo: Repo, ops: list[GitOp], checkouts: dict[str, Checkout]) -> dict[str, Applied]:
-    """First attempt at a wave of whole-worktree commit ops, in parallel. Returns the ops that
-    committed; any other (failed, nothing to commit) is left for `apply_commit` to redo and explain.
-
-    `checkouts` holds each op's checked worktree (by op id), read once for the check and used here
-    to read the new commit."""
+    """First attempt at a wave of whole-worktree commit ops, in parallel: the ops that committed
+    (the rest are left to `apply_commit`). `checkouts`: each op's checked worktree."""
     args: list[str] = []
     for op in ops:
         args += [op.worktree, op.message, _trailer_line(op)]
@@ -381,11 +368,8 @@ def commit_wave(repo: Repo, ops: list[GitOp], checkouts: dict[str, Checkout]) ->
 
 
 def _parallel_waves(ops: list[GitOp]) -> list[list[GitOp]]:
-    """Split ops into waves that may run at once without changing the outcome of running in order.
-
-    Only consecutive commit ops on distinct branches and worktrees share a wave: they touch
-    separate refs and indexes. Any other op (merge, push) is a wave of its own, a barrier.
-    """
+    """Split ops into waves that may run at once: only consecutive commit ops on distinct branches
+    and worktrees share one (separate refs and indexes); any other op is a barrier."""
     waves: list[list[GitOp]] = []
     current: list[GitOp] = []
     seen: set[str] = set()
@@ -410,10 +394,8 @@ def _parallel_waves(ops: list[GitOp]) -> list[list[GitOp]]:
 def apply_batch(
     repo_path: str, ops: list[GitOp], remote: str, first_attempt: bool = False, workers: int = 4
 ) -> dict[str, Applied | OpFailed]:
-    """Apply ops with the effect of applying them in order, running independent commits in parallel.
-
-    GitPython objects are not thread-safe, so every thread opens its own `Repo` of the clone.
-    """
+    """Apply ops as if in order, running independent commits in parallel; each thread opens its own
+    `Repo`, as GitPython objects are not thread-safe."""
     local = threading.local()
     opened: list[Repo] = []
     lock = threading.Lock()

@@ -1,17 +1,7 @@
-"""A worker's landing ops, sent to their git batcher together.
-
-Tasks that end together would each send their own signal-with-start: one RPC, one history event
-and one workflow task of the batcher per task, all on the cores the tasks share. A task's activity
-instead hands its op to the worker's outbox (`taskfleet.core.grouped_sends`: one signal in flight
-per batcher, what arrives meanwhile leaves together in the next) and returns once the signal
-carrying it was accepted by the server, so an activity that returns has submitted its op, as
-before. A failed send fails every op it carried: their activities fail and are retried, and the
-batcher keeps one op per id whatever arrives twice.
-
-An op may also carry a flush to ask for once it is queued (the board's last tasks ask for one): it
-is asked once per group and key, after the activities have returned, and a failed ask is only
-logged (the run flushes anyway once its tasks have finished).
-"""
+"""A worker's landing ops, sent to their git batcher together: one signal in flight per batcher,
+what arrives meanwhile leaves in the next. An activity returns once its op's signal is accepted;
+a failed send fails all ops it carried (retried; the batcher keeps one op per id). A flush an op
+asks for is asked once per group and key."""
 
 from __future__ import annotations
 
@@ -49,9 +39,8 @@ class LandingOutbox:
 
     async def send(self, batcher_id: str, op: dict[str, Any], send_ops: SendOps,
                    flush: Optional[tuple[Any, Ask]] = None) -> None:
-        """Return once a signal carrying `op` reached `batcher_id` (raise what the send raised).
-        `send_ops` is used by the first caller for a batcher: every task of a worker reaches a
-        batcher through the same client and task queue."""
+        """Return once a signal carrying `op` reached `batcher_id` (or raise what the send raised);
+        the first caller's `send_ops` serves the batcher (one client and queue per worker)."""
         sends = self._by_batcher.get(batcher_id)
         if sends is None:
             async def send(items: list[Outgoing]) -> object:

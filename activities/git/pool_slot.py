@@ -1,14 +1,7 @@
 """A pool slot (one reusable checkout of a clone), the task's view of it, and a clone's free list.
-
-A slot is a clean checkout between tasks, detached at `head`. While a task runs, its watch
-(slot_watch) collects the paths the task's commands touched, so the scrub after the task can put
-back only those; `touched` is None whenever that account may be incomplete, and the scrub then
-scans the whole tree.
-
-Each clone keeps its free slots, every slot this worker owns in it, and how many are being scrubbed:
-a task that finds no free slot while some are being scrubbed waits for the first of them, since a
-scrub rewrites only what the last task changed and a new slot checks out the whole tree.
-"""
+A free slot is a clean checkout detached at `head`; its watch records what a task touched so the
+scrub puts back only those paths (`touched` None: unknown, scan the tree). A task finding no free
+slot waits for one being scrubbed: cheaper than a new slot's checkout of the whole tree."""
 
 from __future__ import annotations
 
@@ -31,11 +24,11 @@ class Slot:
     lease: str = ""  # the presence key it was registered under
     head: str = ""  # the commit its clean checkout is at (set when it goes back on the free list)
     settings: tuple[bytes, bytes, bool] = (b"", b"", False)  # `slot_settings` when it was made
-    # The kernel's account of what the current task's commands touched (slot_watch); `touched` is
-    # None when it is not known (no watch, or events were lost): then the scrub scans the tree.
+    # The kernel's account of what the task's commands touched (slot_watch); `touched` is None when
+    # not known (no watch, or events lost): then the scrub scans the tree.
     watch: slot_watch.SlotWatch | None = None
     touched: set[str] | None = None
-    index_stamp: tuple = ()  # the slot's index file when the task began: unchanged means still the base's
+    index_stamp: tuple = ()  # the index file when the task began: unchanged means the base's
 
     def drain(self) -> set[str] | None:
         """The paths touched since the last drain, also added to `touched`; None when unknown."""
@@ -67,7 +60,7 @@ class Worktree:
     slot: Slot
     setup_seconds: float = 0.0
     new_slot: bool = False
-    tree: str = ""  # the implementer's work, snapshotted in process (`WorktreePool.snapshot`); "": staged by git
+    tree: str = ""  # the implementer's work, snapshotted in process; "": staged by git
 
 
 @dataclass
@@ -95,8 +88,7 @@ class CloneSlots:
 
     async def wait_free(self, base_commit: str, heartbeat: Heartbeat) -> Slot | None:
         """A free slot; while none is free but some are being scrubbed, the first of those to be
-        ready. Waiting for a scrub (it rewrites only what the last task changed) is much cheaper
-        than a new slot's checkout of the whole tree, and keeps the pool at the window's size."""
+        ready: cheaper than a new slot's full checkout, and keeps the pool at the window's size."""
         slot = self.pop_free(base_commit)
         while slot is None and self.recycling > 0:
             waiter = asyncio.get_running_loop().create_future()

@@ -1,11 +1,7 @@
-"""Empty working folders for tasks that run without a worktree (`worktree = false`).
-
-A folder that a task leaves empty goes back on a free list for the next task. On a disk where
-every mkdir and rmdir is a journaled metadata write (ext4 with online discard, here), reuse saves
-both on every task; a folder left with files in it is removed. Each worker process keeps its
-folders under `<state>/scratch/<pid>/`, so workers sharing a state dir never touch each other's,
-and a worker's start removes the folders of workers that are gone.
-"""
+"""Empty working folders for tasks that run without a worktree (`worktree = false`). An emptied
+folder is reused (mkdir and rmdir are journaled writes on every task); one with files left is
+removed. Each worker process keeps its own `<state>/scratch/<pid>/`; its start removes those of
+dead ones."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """Removing the pool slots that no live worker owns: what a crashed worker (kill -9) left behind.
-
-Runs at worker start, before any task. A slot's lock file is held by its worker for the slot's
-whole life (slot_registration), so a slot whose lock can be taken is a leftover: its checkout is
-removed, and every registration of the folder's slots that no live process of this pod holds is
-dropped from the clone. Only this pod's registrations: other pods sharing the clone keep theirs
-(a dead pod's are dropped by whoever takes its expired presence lease). The `.trash` of a drain cut
-short by the worker's shutdown timeout is deleted as well.
-"""
+Runs at worker start: a slot whose lock can be taken is a leftover. Only this pod's registrations
+are dropped (other pods keep theirs); a drain's `.trash` cut short by shutdown is deleted too."""
 
 from __future__ import annotations
 
@@ -21,9 +15,8 @@ from taskfleet.activities.pods.shared_clone import forget_registrations, registr
 
 
 def remove_leftovers(root: Path, pod: str) -> list[Path]:
-    """Remove slots under `root` that no live worker owns; returns what was removed.
-
-    The caller kills leftover executors first."""
+    """Remove slots under `root` that no live worker owns; returns what was removed. The caller
+    kills leftover executors first."""
     removed: list[Path] = []
     if not root.is_dir():
         return removed

@@ -1,17 +1,7 @@
-"""Adding a pool slot to a clone (`git worktree add`) and removing it again.
-
-A clone's slots live in one folder of the pool's root: `REPO` (the clone's path), `.lock` (held
-while a registration is added or removed: both take the clone's shared files), and per slot its
-checkout `w-<pod>-<random>` and `w-<pod>-<random>.lock`. The name is never a task id, so no two
-tasks share a slot whatever their ids, nor two pods sharing the clone. The slot's lock file is held
-for as long as its worker owns it: a slot whose lock nobody holds is a crashed worker's leftover
-(slot_leftovers).
-
-Every slot is registered locked, with a reason naming its pod and its worker's presence lease
-(activities/pods/shared_clone.py), so `git worktree prune` and gc leave it alone; a slot is removed
-with `git worktree remove`, or by forgetting only its own registration, never with `prune`, which
-would take other pods' registrations too.
-"""
+"""Adding a pool slot to a clone (`git worktree add`) and removing it. A slot is named
+`w-<pod>-<random>` (never a task id) with a lock file held while its worker owns it. It is
+registered locked under its pod's presence lease, so prune and gc leave it alone, and is removed
+alone, never with `git worktree prune` (which would take other pods' registrations too)."""
 
 from __future__ import annotations
 
@@ -32,10 +22,8 @@ from taskfleet.core.ids import slug
 
 async def add_slot(folder: Path, repo_path: str, base_commit: str, pod: str, current_lease: Callable[[], str],
                    locks: FileLocks, heartbeat: Heartbeat) -> Slot:
-    """A new slot of `repo_path` in `folder`: a clean checkout of `base_commit`, HEAD detached.
-
-    The slot is registered under the worker's presence lease as it is once the clone's lock is
-    held (`current_lease`): while waiting for that lock, a lost lease may be replaced by a new one."""
+    """A new slot: a clean checkout of `base_commit`, HEAD detached, registered under the lease
+    current once the clone's lock is held (a lost lease may be replaced meanwhile)."""
     folder.mkdir(parents=True, exist_ok=True)
     lock_path = folder / ".lock"
     handle = await locks.acquire(lock_path, heartbeat)

@@ -1,10 +1,7 @@
-"""Bringing a used pool slot back to a clean checkout of a commit, for the next task.
-
-When the slot's watch knows every path the task's commands touched and its index is still the
-base's, only those paths are put back (`restore_known`): no scan of the tree. Otherwise the whole
-slot is scrubbed (`reset --hard`, `clean -ffdx`). Either way the task's branch is kept and HEAD is
-left detached, so no branch stays checked out in a free slot.
-"""
+"""Bringing a used pool slot back to a clean checkout of a commit, for the next task: only the
+touched paths when they are known and the index is the base's, else the whole slot (`reset
+--hard`, `clean -ffdx`). The task's branch is kept and HEAD detached: no branch stays checked out
+in a free slot."""
 
 from __future__ import annotations
 
@@ -31,9 +28,8 @@ async def scrub(slot: Slot, heartbeat: Heartbeat = _nothing, commit: str = "") -
 
 
 async def restore_known(slot: Slot, base_commit: str) -> bool:
-    """Put back only the paths the task touched, when they are known and the index is still
-    the base's (no one ran `git add`, `commit` or `reset` in the slot): no scan of the tree.
-    False when that cannot be done; the caller scrubs in full."""
+    """Put back only the touched paths when known and the index is still the base's (no scan of the
+    tree); False when that cannot be done, and the caller scrubs in full."""
     slot.drain()
     touched, slot.touched = slot.touched, None
     if touched is None or not base_commit or not slot.index_stamp:
@@ -53,11 +49,8 @@ async def restore_known(slot: Slot, base_commit: str) -> bool:
 
 
 async def reusable_at(slot: Slot, base_commit: str) -> bool:
-    """Back to a clean checkout of `base_commit`; False when the slot must not be reused.
-
-    With index flags, or its own sparse-checkout or worktree config changed since it was made, the
-    next task would find files that are not the base's (or lose its edits to them from its commit):
-    such a slot is discarded. So is one git or the file system failed to clean."""
+    """Back to a clean checkout of `base_commit`; False when the slot must not be reused: changed
+    index flags, own config or sparse patterns (a scrub keeps them), or a failed clean."""
     try:
         if await restore_known(slot, base_commit):
             return True  # same index (so same flags), same config and patterns

@@ -1,11 +1,6 @@
-"""What a pool slot's own folder in the clone says about it, read without walking its tree.
-
-A slot is reused task after task, so the pool must notice what a task left behind that a scrub
-(`reset --hard`, `clean`) would not undo: the slot's own worktree config, its sparse-checkout
-patterns, and index entries flagged assume-unchanged or skip-worktree (`slot_settings`, compared
-with what the slot had when it was made). A slot whose index file is unchanged since its task
-began (`index_stamp`) still has the base's index: no one ran `git add`, `commit` or `reset` there.
-"""
+"""What a pool slot's own folder in the clone says about it, read without walking its tree: what a
+task left that a scrub would not undo (own worktree config, sparse patterns, assume-unchanged or
+skip-worktree entries), and whether the index file is unchanged since the task began."""
 
 from __future__ import annotations
 
@@ -16,7 +11,8 @@ from pathlib import Path
 from taskfleet.activities.git.git_async import git
 from taskfleet.activities.git.worktree_refs import RefWriteRefused, admin_dir
 
-_FLAGGED = re.compile(r"^(?:[a-z]|S )", re.MULTILINE)  # `ls-files -v`: assume-unchanged, skip-worktree
+# `ls-files -v`: assume-unchanged or skip-worktree
+_FLAGGED = re.compile(r"^(?:[a-z]|S )", re.MULTILINE)
 
 
 _ADMIN_DIRS: dict[str, str] = {}  # slot -> its admin folder (a slot's `.git` link never changes)
@@ -59,9 +55,8 @@ def settings_files(path: Path) -> tuple[bytes, bytes]:
 
 
 async def slot_settings(path: Path) -> tuple[bytes, bytes, bool]:
-    """What an executor can set on a slot itself that `reset --hard` and `clean` keep: the slot's own
-    worktree config and sparse-checkout patterns, and whether any index entry is flagged
-    assume-unchanged or skip-worktree."""
+    """What an executor can set on a slot that `reset --hard` and `clean` keep: own worktree config,
+    sparse-checkout patterns, and whether an index entry is assume-unchanged or skip-worktree."""
     try:
         admin = admin_dir(path)
     except RefWriteRefused:

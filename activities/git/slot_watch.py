@@ -1,16 +1,7 @@
-"""Which paths of a slot a task's commands touched, from the kernel (inotify), not a tree scan.
-
-Knowing what a command changed otherwise means `git add -A` or `git status`: a walk of every file
-of the checkout (seconds on a large tree, for a task that edited one file). A slot is watched for
-its whole life instead: one inotify watch per directory (`.git` and nested repositories left out),
-added when the slot is made, and on every directory created later. Reading the queue after a
-command is a few system calls: the set of paths created, written, deleted, renamed or chmod-ed.
-
-Whenever the answer could be incomplete, the watch says "unknown" (None) and the caller scans as
-before: the kernel's queue overflowed (IN_Q_OVERFLOW), the watch limit was reached, a directory was
-renamed (its watches' paths are stale), or the watch could not be read. `TASKFLEET_SLOT_WATCH=0`
-turns it off.
-"""
+"""Which paths of a slot a task's commands touched, from the kernel (inotify), not a tree scan (`git
+status` walks every file: seconds on a large tree). One watch per directory for the slot's life;
+answers None ("unknown": the caller scans) on queue overflow, the watch limit, a renamed
+directory or a read failure. `TASKFLEET_SLOT_WATCH=0` turns it off."""
 
 from __future__ import annotations
 
@@ -76,7 +67,7 @@ class SlotWatch:
             raise WatchFailed(f"inotify: {err}") from None
         if self._fd < 0:
             raise WatchFailed(f"inotify_init1: {os.strerror(ctypes.get_errno())}")
-        self._dirs: dict[int, str] = {}  # watch descriptor -> directory, relative to root ("" is root)
+        self._dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root
         self._touched: set[str] = set()
         self._lost = False
         try:
@@ -98,7 +89,7 @@ class SlotWatch:
 
     def _watch_tree(self, rel: str, note: bool = False) -> None:
         """Watch `rel` and every directory under it; with `note`, every path under it is touched
-        (it was made after the watch began: its files may predate their directory's watch)."""
+        (made after the watch began, its files may predate their directory's watch)."""
         if not self._watch(rel):
             return
         stack = [rel]

@@ -1,20 +1,7 @@
-"""A task's commit from the paths it changed, without the index and without a git process.
-
-`git add -A` then `git commit` reads every file of the checkout to find the few a task changed
-(seconds on a large tree) and rewrites the whole index. When the changed paths are known (the
-Claude task's edits, or a slot's watch: activities/git/slot_watch.py), the commit is built in
-process (libgit2) instead: the base's tree, with only those paths' directories rebuilt from the
-files as they are now; the commit on top; the branch moved by compare-and-swap. The slot's index
-is never written, so it stays the base's and the slot's scrub only puts those paths back.
-
-What `git add -A` would do is kept: a new file that `.gitignore` covers is left out (a tracked one
-is not), a deleted file or folder leaves the tree, the exec bit and symlinks are recorded, files in
-new folders are found. A checkout where content filters apply (`.gitattributes` with `filter=`,
-e.g. LFS) is left to git: libgit2 does not run filter programs.
-
-`snapshot` runs right after the implementer (`run`), before verification: its tree is what the
-commit holds, so what verification leaves behind (bytecode, coverage, build output) never lands.
-"""
+"""A task's commit from the paths it changed, built in process (libgit2): no index, no git process,
+no walk of the tree as `git add -A` does. Keeps what `add -A` does (ignored new files left out,
+exec bits, symlinks, new folders); a checkout with content filters (LFS) is left to git.
+`snapshot` runs right after the implementer, so what verification leaves behind never lands."""
 
 from __future__ import annotations
 
@@ -65,7 +52,7 @@ def _filtered(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[str]) 
 
 
 def _smudged(repo: pygit2.Repository, tree: pygit2.Tree) -> bool:
-    """Whether git would change a file's bytes on checkout (line endings, ident, filter programs)."""
+    """Whether git would change a file's bytes on checkout (line endings, ident, filters)."""
     if _config(repo, "core.autocrlf").lower() == "true" or _config(repo, "core.eol").lower() == "crlf":
         return True
     return _attributes_say(repo, tree, (b"filter", b"ident", b"eol", b"encoding"))
@@ -102,7 +89,7 @@ def _changes(repo: pygit2.Repository, base: pygit2.Tree, paths: Iterable[str]) -
     """{path: (blob id, mode) or None (gone)} for the files at `paths` as they are on disk."""
     root = repo.workdir
     filemode = repo.config.get_bool("core.fileMode") if "core.fileMode" in repo.config else True
-    # With no line-ending or text attributes, a file's blob is its bytes: read directly, without
+    # With no line-ending or text attributes a file's blob is its bytes: read directly, without
     # libgit2 loading the attributes for every file.
     raw = not _converted(repo, base)
     out: dict[str, tuple | None] = {}
@@ -195,8 +182,8 @@ def _edit(repo: pygit2.Repository, tree: pygit2.Tree | None, changes: dict[str, 
 
 
 def snapshot(worktree: Path, base_commit: str, paths: Iterable[str]) -> str:
-    """The tree of the worktree as it is now, given that only `paths` differ from `base_commit`.
-    Its objects are written; the index and files are not touched. NotKnown when git must stage."""
+    """The worktree's tree, given that only `paths` differ from `base_commit`; its objects are
+    written, the index and files untouched. NotKnown when git must stage."""
     try:
         repo = open_repository(worktree)
     except GitStoreError as err:
@@ -215,12 +202,8 @@ def snapshot(worktree: Path, base_commit: str, paths: Iterable[str]) -> str:
 
 
 def commit_tree(worktree: Path, branch: str, base_commit: str, tree: str, message: str) -> str:
-    """Commit `tree` as the task's work on `branch`, wherever the executor left HEAD.
-
-    The parent is the base, or the executor's own commits when HEAD moved on from the base (kept,
-    as `git commit` on them would); a HEAD that does not contain the base is refused. The branch
-    moves by compare-and-swap from the value read here: a writer that moved it meanwhile wins, and
-    this raises CommitRefused rather than overwrite it."""
+    """Commit `tree` on `branch` over the base or the executor's commits (a HEAD lacking the base is
+    refused). The branch moves by compare-and-swap: a concurrent writer wins."""
     repo = open_repository(worktree)
     ref = f"refs/heads/{branch}"
     parent = base_commit
@@ -256,8 +239,8 @@ _FALLBACK = ("taskfleet", "taskfleet@localhost")
 
 
 def _identity(repo: pygit2.Repository) -> tuple[pygit2.Signature, pygit2.Signature]:
-    """Author and committer as `git commit` takes them (environment, then config), falling back
-    to taskfleet's own name on a machine with none, as a command task's commit does."""
+    """Author and committer as `git commit` takes them (environment, then config), else taskfleet's
+    own name, as a command task's commit does."""
     def one(kind: str) -> pygit2.Signature:
         name = os.environ.get(f"GIT_{kind}_NAME") or _config(repo, "user.name") or _FALLBACK[0]
         email = os.environ.get(f"GIT_{kind}_EMAIL") or _config(repo, "user.email") or _FALLBACK[1]
@@ -277,10 +260,8 @@ os.umask(_UMASK)
 
 
 def restore_paths(worktree: Path, base_commit: str, paths: Iterable[str]) -> None:
-    """Make `paths` of the worktree what they are in `base_commit` again: a file written back (its
-    mode and symlinks as recorded), a path the base lacks removed with all under it, a folder of
-    the base written back whole. The index is not touched (it is still the base's: the caller
-    checked); only these paths are visited. NotKnown when the worktree cannot be read in process."""
+    """Make `paths` what they are in `base_commit` again, visiting only them (the index is still the
+    base's). NotKnown when the worktree cannot be read in process."""
     try:
         repo = open_repository(worktree)
     except GitStoreError as err:

@@ -1,17 +1,7 @@
-"""Move a pool slot's HEAD and its task branch in process (libgit2), without a git process.
-
-A task's set-up in a slot that is already a clean checkout of the task's base is only "point the
-branch at the base, check the branch out": two tiny ref writes. Spawning `git update-ref` and `git
-symbolic-ref` for that cost two processes per task (milliseconds each, and CPU the tasks' own
-commands need on a small machine). libgit2 (pygit2) writes them as git does: `<file>.lock` created
-exclusively (so a git process writing the same ref at the same moment fails or we do, never both),
-then renamed over the file; a name git would refuse beside an existing ref (`task/x` against a
-branch `task`, loose or packed) is refused the same way.
-
-Anything unusual (a `.git` that is not a worktree's link file, a ref in the way, a lock held by
-someone else, a clone libgit2 does not read) raises `RefWriteRefused`: the caller then runs the git
-commands instead, which give the authoritative answer.
-"""
+"""Move a pool slot's HEAD and its task branch in process (libgit2): set-up on a clean slot is two
+ref writes, not two git processes per task. Written as git does (`<file>.lock` created
+exclusively, then renamed; names that clash with a ref refused); anything unusual raises
+`RefWriteRefused` and the caller runs git, whose answer is authoritative."""
 
 from __future__ import annotations
 
@@ -43,9 +33,8 @@ def admin_dir(worktree: Path) -> Path:
 
 
 def common_dir(admin: Path) -> Path:
-    """The clone's shared git folder (where `refs/heads` live), from the worktree's `commondir`;
-    RefWriteRefused for a clone whose refs are not files (reftable: its HEAD file is a placeholder
-    git never reads, so a write there would change nothing)."""
+    """The clone's shared git folder (where `refs/heads` live); RefWriteRefused for a clone whose
+    refs are not files (reftable: its HEAD file is a placeholder git never reads)."""
     try:
         text = (admin / "commondir").read_text().strip()
     except OSError as err:
@@ -87,8 +76,8 @@ def _collision(repo: pygit2.Repository, ref: str) -> str:
 
 
 def point_branch(worktree: Path, branch: str, commit: str) -> None:
-    """`git update-ref refs/heads/<branch> <commit>` + `git symbolic-ref HEAD refs/heads/<branch>`
-    in the worktree, in process."""
+    """`git update-ref refs/heads/<branch> <commit>` + `git symbolic-ref HEAD refs/heads/<branch>`,
+    in process."""
     if branch_name_problem(branch) or len(commit) not in (40, 64):
         raise RefWriteRefused(f"not a plain branch and commit: {branch!r} {commit!r}")
     repo = _slot_repository(worktree)
@@ -126,14 +115,12 @@ def _branch_of_head(head: Path) -> str:
     return text[len("ref: refs/heads/"):] if text.startswith("ref: refs/heads/") else ""
 
 
-_SLOT_ADMINS: set[Path] = set()  # admin folders seen locked as taskfleet slots (names are random)
+_SLOT_ADMINS: set[Path] = set()  # admin folders seen locked as slots (names are random)
 
 
 def checked_out_elsewhere(worktree: Path, branch: str) -> str:
-    """Where else `branch` is checked out, by a person (the clone itself, or a worktree that is not
-    a taskfleet slot), or "". Moving it under them would turn their work into staged changes
-    against the base; slots (locked with a `taskfleet pod=` reason) only name a branch between a
-    task's end and their scrub. RefWriteRefused when the clone's layout cannot be read as files."""
+    """Where else a person has `branch` checked out (the clone, or a non-slot worktree), or "":
+    moving it would turn their work into staged changes. RefWriteRefused: refs are not files."""
     admin = admin_dir(worktree)
     common = common_dir(admin)
     heads = [(common / "HEAD", str(common.parent) if common.name == ".git" else str(common))]

@@ -1,31 +1,7 @@
-"""Task worktrees: a pool of checkouts per clone, each reused task after task.
-
-`git worktree add` checks out the whole tree and `remove` deletes it: seconds on a large
-repository, and both take the clone's shared files, so they ran one at a time per clone. A pool
-slot is instead reset to the task's base with `git checkout -B <branch> <base>`, which rewrites only
-the files that differ; after the task, the slot is scrubbed off the task's critical path (only the
-paths its commands touched, when its watch knows them and its index is untouched; else `reset
---hard`, `clean -ffdx`) and goes back on the free list; a task that finds no free slot while some
-are being scrubbed waits for the first of them rather than checking out a new one (a whole tree).
-New slots are added (and old ones removed)
-under a per-clone lock that tasks wait for on the event loop, heartbeating.
-
-Slots are named `w-<pod>-<random>` (never a task id, so no two tasks share one whatever their ids,
-and no two pods sharing the clone either) and each holds a lock file for as long as its worker owns
-it. At worker start, slots whose lock nobody holds are leftovers of a crashed worker: removed. At
-worker stop the pool is drained and every slot removed, so no worktree stays registered in the clone.
-Branches are always kept.
-
-On a clone shared by pods (activities/pods/shared_clone.py) every slot is registered locked,
-owned by this pod and its worker's presence lease: `git worktree prune` (ours never runs it) and gc
-leave it alone, and this pool drops only registrations it owns. A crashed worker's registrations
-are dropped by whoever takes its expired presence lease (`sweep`).
-
-This module hands slots to tasks and takes them back; the rest lives beside it: a slot and a
-clone's free list (pool_slot), adding and removing a slot (slot_registration), cleaning one for the
-next task (slot_scrub, with slot_settings: what a task may have set that a scrub keeps), and a
-crashed worker's slots (slot_leftovers).
-"""
+"""Task worktrees: a pool of checkouts per clone, reused task after task. A slot is moved to the
+task's base (only differing files rewritten) and scrubbed off the task's time, not a whole-tree
+`worktree add`/`remove` per task; drained at worker stop, branches kept. Beside it: pool_slot,
+slot_registration, slot_scrub, slot_settings, slot_leftovers."""
 
 from __future__ import annotations
 
@@ -62,8 +38,8 @@ class BranchCheckedOut(Exception):
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
-    """A branch's commit, read in process (libgit2, a handle kept per thread: no git process, and
-    no repository object built per call on the event loop)."""
+    """A branch's commit, read in process (libgit2, a handle per thread): no git process, no
+    repository object built per call on the event loop."""
     try:
         open_repository(repo_path)
     except GitStoreError:
@@ -94,7 +70,7 @@ class WorktreePool:
         return self.root / f"{slug(os.path.basename(os.path.abspath(repo)))}-{digest}"
 
     async def resumable(self, repo_path: str, branch: str, base_commit: str, task_id: str, run_key: str) -> str:
-        """The task's commit, if an earlier attempt of this same run already made it (a retry after a crash)."""
+        """The task's commit if an earlier attempt of this run made it (a retry after a crash)."""
         tip = resolve(repo_path, branch, None, required=False)
         if not tip or tip == base_commit:
             return ""
@@ -103,8 +79,8 @@ class WorktreePool:
         return tip if f"{TASK_TRAILER}: {task_id}" in lines and f"{RUN_TRAILER}: {run_key}" in lines else ""
 
     async def take_detached(self, repo_path: str, commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
-        """A clean checkout of `commit` with a detached HEAD (no branch is made or moved), used by no
-        one else: the merge queue verifies its merged commits here."""
+        """A clean detached checkout of `commit`, used by no one else: the merge queue verifies its
+        merged commits here."""
         return await self.take(repo_path, None, commit, heartbeat)
 
     async def take(self, repo_path: str, branch: str | None, base_commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
@@ -128,7 +104,7 @@ class WorktreePool:
         head = slot.head
         holder, moved = "", False
         if branch is not None:
-            try:  # one trip off the event loop: libgit2 reads and writes ref files (a millisecond under load)
+            try:  # one trip off the event loop: libgit2 ref reads and writes
                 holder, moved = await asyncio.to_thread(claim_branch, slot.path, branch, base_commit, head == base_commit)
             except BaseException:
                 await asyncio.shield(self._discard(slot))
@@ -142,8 +118,8 @@ class WorktreePool:
         slot.head = ""
         try:
             if branch is None:
-                # A free slot is a clean checkout with HEAD detached at `head` (slot_scrub): moving
-                # it to another commit rewrites only the files that differ.
+                # A free slot is a clean checkout detached at `head` (slot_scrub): moving it to
+                # another commit rewrites only the files that differ.
                 if head != base_commit:
                     ran = await git_run(slot.path, "checkout", "-q", "--detach", base_commit, heartbeat=heartbeat)
                     if ran.code != 0:
@@ -152,10 +128,8 @@ class WorktreePool:
                 slot.begin()
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             if head == base_commit:
-                # Already a clean checkout of the base (scrubbed there off the task's time): only
-                # the branch moved (above, with the check). No file is touched and the index is not
-                # refreshed, so set-up costs two small ref-file writes whatever the size of the tree
-                # (git commands when the files cannot be written in-process).
+                # Already a clean checkout of the base: only the branch moved (above), so set-up is
+                # two small ref-file writes whatever the size of the tree.
                 if not moved:
                     await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
                               base_commit, heartbeat=heartbeat)
@@ -174,9 +148,8 @@ class WorktreePool:
         return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
 
     async def snapshot(self, worktree: Worktree, known: list[str] | None = None) -> bool:
-        """The implementer's work as a tree (`worktree.tree`), from the paths it touched (`known`,
-        else the slot's watch), without the index; False when those are not known here: the
-        caller stages with git."""
+        """The implementer's work as a tree (`worktree.tree`) from the touched paths (`known`, else
+        the watch), without the index; False when not known here: the caller stages with git."""
         watched = worktree.slot.drain()
         paths = list(known) if known is not None else watched
         if paths is None:
@@ -188,20 +161,15 @@ class WorktreePool:
         return True
 
     def give_back(self, worktree: Worktree) -> None:
-        """Scrub the slot in the background (off the task's time) and put it back on the free list."""
+        """Scrub the slot off the task's time, then put it back on the free list."""
         self._clones.setdefault(worktree.slot.clone, CloneSlots()).recycling += 1
         task = asyncio.get_running_loop().create_task(self._recycle(worktree.slot, worktree.base_commit))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
     async def drain(self) -> None:
-        """At worker stop: unregister every slot from its clone at once, then delete the files.
-
-        Slots are moved into `<clone folder>/.trash` (a rename) and this pod's registrations are
-        dropped in one pass (never `git worktree prune`, which would drop other pods' too), so the
-        clone is clean even if deleting a large tree is cut short by the worker's shutdown timeout;
-        the next start deletes what is left in the trash.
-        """
+        """At worker stop: unregister every slot, then delete its files (moved to `.trash` first, so
+        a delete cut short leaves the clone clean; only this pod's registrations go)."""
         while self._cleanups:
             await asyncio.gather(*list(self._cleanups), return_exceptions=True)
         trash_dirs = []
@@ -239,7 +207,7 @@ class WorktreePool:
         return self.presence.key if self.presence is not None else ""
 
     def _sweep_soon(self, clone_path: str) -> None:
-        """First use of a clone by this worker: drop dead workers' registrations, off the task's time."""
+        """First use of a clone: drop dead workers' registrations, off the task's time."""
         if clone_path in self._swept:
             return
         self._swept.add(clone_path)
@@ -268,8 +236,8 @@ class WorktreePool:
     # --- slots -------------------------------------------------------------------------------
 
     async def _recycle(self, slot: Slot, base_commit: str = "") -> None:
-        """Back to a clean checkout of the base the task started from: the next task on that base
-        (most of a board's) then only moves its branch (`take`)."""
+        """Back to a clean checkout of the task's base: the next task on that base (most of a
+        board's) then only moves its branch."""
         clone = self._clones.setdefault(slot.clone, CloneSlots())
         try:
             if not await reusable_at(slot, base_commit):
@@ -287,18 +255,14 @@ class WorktreePool:
         await remove_slot(slot, self.pod, self._locks)
 
     def prune_stale(self) -> list[Path]:
-        """Remove slots that no live worker owns (a crashed worker's); returns what was removed.
-
-        Runs at worker start, before any task (the caller kills leftover executors first)."""
+        """Remove slots no live worker owns (a crashed worker's); returns what was removed. Runs at
+        worker start, after the caller killed leftover executors."""
         return remove_leftovers(self.root, self.pod)
 
 
 def claim_branch(path: Path, branch: str, base_commit: str, move: bool) -> tuple[str, bool]:
-    """Who else has `branch` checked out ("": no one, or a layout this cannot read as files, such
-    as reftable); when no one does and `move`, also point the branch at `base_commit` with the
-    slot's HEAD on it. Returns (holder, moved): not moved when the refs cannot be written in
-    process (the caller uses git). One thread trip for both: each trip waits for a thread and for
-    the event loop, longer than the work."""
+    """Who else has `branch` checked out ("": no one, or unreadable); if no one and `move`, point it
+    at `base_commit` with HEAD on it, in one thread trip. Returns (holder, moved)."""
     try:
         holder = checked_out_elsewhere(path, branch)
     except (RefWriteRefused, OSError, ValueError):

@@ -1,19 +1,7 @@
-"""Fencing tokens, recorded beside the resource they guard.
-
-A lease can end while its holder still runs (a paused or partitioned pod): the lock then grants a
-higher token to someone else. Before each guarded step the holder calls `Fence.admit(token)`: it
-records that `token` acted on the resource and refuses (`StaleLease`) when a higher token already
-did. Each token is its own marker file, created with O_EXCL, so two writers never overwrite each
-other and no cross-host file lock is needed; admitting a token removes every marker below it, so the
-folder holds one marker (a few while holders race), not one per token ever issued. This narrows, it
-does not close, the window between the check and the step; the lease (renewed well before it ends)
-covers the rest.
-
-Across lock histories: a lock whose workflow is new (a dev server restarted in memory, a lock reset
-or terminated, another namespace) counts its tokens from 1 again, below what the fence has seen. So
-a holder tells the lock the fence's highest token when it asks (`min_token`), and the lock grants
-above it: the clone is never bricked, and a holder of an older token is still refused.
-"""
+"""Fencing tokens, recorded beside the resource they guard: a holder whose lease ended while it ran
+is refused (`StaleLease`) once a higher token acted. One O_EXCL marker file per token (no
+cross-host lock); lower ones are removed. A new lock history restarts at 1, so a holder passes
+the fence's highest token (`min_token`) and the lock grants above it."""
 
 from __future__ import annotations
 
@@ -57,7 +45,8 @@ class Fence:
         try:
             self.check(token)
         except StaleLease:
-            (self.directory / f"{token:020d}").unlink(missing_ok=True)  # below the highest: nobody needs it
+            # below the highest: nobody needs it
+            (self.directory / f"{token:020d}").unlink(missing_ok=True)
             raise
         # Only markers below our own token go: the highest marker always stays.
         for name in os.listdir(self.directory):
@@ -69,5 +58,5 @@ class Fence:
 
 
 def clone_fence(git_common_dir: Path | str, name: str) -> Fence:
-    """The fence of one guarded resource of a clone, inside the clone's git dir (shared with it)."""
+    """The fence of one guarded resource of a clone, inside the clone's git dir."""
     return Fence(Path(git_common_dir) / "taskfleet" / "fence" / name)

@@ -1,14 +1,7 @@
-"""Client side of `LeaseLockWorkflow`: `async with LeaseLock(...).hold() as lease:`.
-
-Lives under activities/ because activities take leases (they may not import taskfleet.clients); it
-needs only a `Client`: give one, or build it inside an activity with `LeaseLock.for_activity(...)`.
-
-`hold()` acquires with update-with-start (the lock workflow is started on first use), keeps asking
-while it is queued (each ask keeps its FIFO place), renews in the background every third of the
-lease, and releases in `finally`. Guarded code calls `lease.check()` before each step: it raises
-`LeaseLost` once the lock said the lease is gone (`lease.lost`), or while no renewal has got through
-for a whole lease (the lease may have ended; a late renewal the lock still accepts makes it good). With a `Fence`, `check()` also refuses a token lower than one already used.
-"""
+"""Client side of `LeaseLockWorkflow`: `async with LeaseLock(...).hold() as lease:` (activities take
+leases). `hold()` acquires with update-with-start, keeps its FIFO place, renews every third of
+the lease and releases in `finally`; `lease.check()` raises `LeaseLost` once the lease is gone,
+no renewal got through for a whole lease, or (with a `Fence`) a higher token acted."""
 
 from __future__ import annotations
 
@@ -66,7 +59,7 @@ _FINAL_CODES = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.PERMISSION_DENIED,
 
 
 class LeaseError(RuntimeError):
-    """The lock refused the request (bad input, too many waiters) or could not be reached in time."""
+    """The lock refused the request (bad input, too many waiters) or was not reached in time."""
 
 
 class NoWorker(LeaseError):
@@ -77,7 +70,7 @@ class _Moved(Exception):
     """A lock stranded on a queue nobody polls was ended, to start again on ours: ask again."""
 
 
-WATCH_EVERY = 1.0  # while a call waits: how often to ask whether anyone serves the lock's queue
+WATCH_EVERY = 1.0  # while a call waits: how often to ask if anyone serves the lock's queue
 
 
 class LeaseLost(RuntimeError):
@@ -114,7 +107,7 @@ class Lease:
 
 
 async def _fence_highest(fence: Optional[Fence]) -> int:
-    """What the lock must grant above: the highest token the fence has admitted (0 without one)."""
+    """What the lock must grant above: the fence's highest admitted token (0 without one)."""
     return 0 if fence is None else await asyncio.to_thread(fence.highest)
 
 
@@ -185,7 +178,7 @@ class LeaseLock:
             raise
 
     async def try_acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Optional[Lease]:
-        """The lease if it is free right now (nobody holds it, nobody waits), else None at once."""
+        """The lease if it is free right now (nobody holds or waits), else None at once."""
         holder = holder or default_holder()
         request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0,
                                  min_token=await _fence_highest(fence))
@@ -223,11 +216,8 @@ class LeaseLock:
         return grant
 
     async def release(self, lease: Lease, wait: bool = True) -> None:
-        """Give the lease back (best effort: an unreachable lock lets it expire instead).
-
-        `wait=False` only sends the `release_lease` signal: for a worker that is stopping and so
-        may no longer run the lock workflow itself (another worker, or its next start, will).
-        """
+        """Give the lease back (best effort: else it expires). `wait=False` only signals
+        `release_lease`, for a stopping worker that may no longer run the lock workflow itself."""
         ref = LeaseRef(lease.holder, lease.token)
         if not wait:
             try:
@@ -286,7 +276,8 @@ class LeaseLock:
                 UPDATE_ACQUIRE, request, start_workflow_operation=start, result_type=LeaseGrant
             )
         except BaseException:
-            try:  # the operation's own future holds the same error: read it, so it is not logged as lost
+            # the operation's future holds the same error: read it, so it is not logged as lost
+            try:
                 await asyncio.wait_for(start.workflow_handle(), 0.01)
             except BaseException:  # noqa: BLE001
                 pass
@@ -312,10 +303,8 @@ class LeaseLock:
             delay = min(delay * 2, 2.0)
 
     async def _watched(self, call: Awaitable[LeaseGrant]) -> LeaseGrant:
-        """The call's answer, unless the lock's workflow waits on a task queue no worker polls: then
-        `NoWorker` naming the queue, within seconds instead of a silent wait. A lock an older
-        taskfleet started on a task queue of its own (where nobody polls any more) is ended instead
-        and asked again: it starts over on our queue, and fencing keeps that safe (see fence.py)."""
+        """The call's answer, or `NoWorker` naming the queue no worker polls; a lock an older
+        taskfleet started on its own queue is ended and asked again (fencing keeps that safe)."""
         task = asyncio.ensure_future(call)
         try:
             while not (await asyncio.wait({task}, timeout=WATCH_EVERY))[0]:
@@ -340,9 +329,8 @@ class LeaseLock:
                 await asyncio.gather(task, return_exceptions=True)
 
     async def _keep_renewed(self, lease: Lease) -> None:
-        """Renew every third of the lease. Failures are retried for as long as the lease is held:
-        `check()` refuses once the lease may have ended (its own deadline), and a late renewal that
-        the lock still accepts makes it good again. Only the lock saying `lost` ends the lease."""
+        """Renew every third of the lease, retrying failures while it is held (`check()` guards the
+        meantime); only the lock saying `lost` ends the lease."""
         period = max(lease.lease_seconds / 3, 0.1)
         failing = False
         while not lease.lost:
@@ -378,10 +366,8 @@ class LeaseLock:
             period = max(lease.lease_seconds / 3, 0.1)
 
     async def _history_gone(self, lease: Lease) -> bool:
-        """The lock's workflow no longer exists (a dev server restarted in memory, a lock terminated):
-        a fenced lease is lost (its holder stops; the fence refuses it anyway once a new token acts).
-        An unfenced one (a worker's presence) is taken again under the same holder, from a lock that
-        starts over: it still names a live worker. True when the lease ended."""
+        """The lock's workflow is gone (a server restarted, a lock terminated): a fenced lease is
+        lost, an unfenced one (a presence) taken again. True when the lease ended."""
         if lease.fence is not None:
             lease.lost = f"the lock's workflow {self.workflow_id} is gone (a new lock history)"
             log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)

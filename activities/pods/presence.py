@@ -1,13 +1,7 @@
 """A worker's presence: a lease it holds for its whole life, named in every worktree it registers.
-
-Pods cannot see each other's processes or state dirs, so "is the worker that made this worktree
-still alive?" is asked of the lease lock, not guessed from paths: each worker process holds the lease
-`taskfleet-worker/<pod>/<key>` (renewed in the background) and registers its worktrees locked with
-the reason `taskfleet pod=<pod> lease=<key>`. `sweep(clone)` takes, without waiting, the lease of
-every other key registered in the clone: granted means that worker is gone (its lease expired or
-was released), so the sweeper, now the holder of the dead worker's lease, removes its registrations
-under that lease and gives it back. A live worker's lease is never granted to anyone else.
-"""
+Pods cannot see each other's processes, so liveness is asked of the lock: `sweep(clone)` tries
+each other key's lease without waiting; granted means that worker is gone (a live worker's lease
+is never granted), and the sweeper removes its registrations."""
 
 from __future__ import annotations
 
@@ -33,7 +27,7 @@ log = logging.getLogger("taskfleet.presence")
 
 PRESENCE_PREFIX = "taskfleet-worker"
 PRESENCE_LEASE_SECONDS = 30.0
-# A dead worker's presence workflow closes this long after its last use (a later sweep restarts it).
+# A dead worker's presence workflow closes this long after its last use (a sweep restarts it).
 PRESENCE_IDLE_CLOSE_SECONDS = 3600.0
 # A key found alive is asked again only after this long.
 ALIVE_RECHECK_SECONDS = 30.0
@@ -64,7 +58,7 @@ class WorkerPresence:
         self._stack: Optional[AsyncExitStack] = None
         self._alive: dict[str, float] = {}  # other keys found alive -> when to ask again
         self._missing_since: dict[str, float] = {}  # keys whose lock was not found -> since when
-        self._own_keys: set[str] = {self.key}  # keys this process held: its pool discards those slots
+        self._own_keys: set[str] = {self.key}  # keys this process held: its pool drops those slots
         self._ready: Optional[asyncio.Event] = None
         self._renewing: Optional[asyncio.Lock] = None
 
@@ -81,7 +75,7 @@ class WorkerPresence:
                          acquire_timeout=60.0, config=config)
 
     async def start(self) -> None:
-        """Take the presence lease (a key of its own: never waits for an earlier incarnation's)."""
+        """Take the presence lease (its own key: never waits for an earlier incarnation's)."""
         stack = AsyncExitStack()
         self.lease = await stack.enter_async_context(
             # Released by signal: a stopping worker may no longer run the lock workflow itself.
@@ -109,8 +103,7 @@ class WorkerPresence:
             await stack.aclose()
 
     async def ensure(self) -> None:
-        """If the lock says the lease is lost, take a new one under a new key (once, however many
-        tasks ask at the same time)."""
+        """If the lock says the lease is lost, take one under a new key (once for all who ask)."""
         if self.lease is not None and not self.lease.lost:
             return
         if self._renewing is None:
@@ -141,12 +134,8 @@ class WorkerPresence:
         return described.status == WorkflowExecutionStatus.RUNNING
 
     async def sweep(self, clone: str | Path) -> list[Path]:
-        """Remove the worktree registrations of dead workers in `clone`; returns their paths.
-
-        Only registrations that name a presence lease are considered (a worktree a person made, or
-        one locked by other tools, is never touched). Folders are deleted only when they belong to
-        this pod (another pod's folders were in its own state dir: not ours to see or delete).
-        """
+        """Remove the registrations of dead workers in `clone` (only those naming a presence lease);
+        returns their paths. Folders are deleted only when they belong to this pod."""
         groups: dict[tuple[str, str], list[Registration]] = {}
         for reg in registrations(clone):
             if reg.owner and reg.lease and reg.lease not in self._own_keys:
@@ -158,9 +147,9 @@ class WorkerPresence:
                 continue
             lock = self._lock(pod, key)
             if not await self._lock_running(lock):
-                # No such lock (a server that started over, a lock closed after idling): that says
-                # nothing of its worker, which takes its lease again at its next renewal. Taken for
-                # gone only if it has not after two whole leases.
+                # No such lock (a server that started over, a lock closed when idle) says nothing of
+                # its worker, which takes its lease again at its next renewal: gone only if it has
+                # not after two whole leases.
                 first = self._missing_since.setdefault(key, now)
                 if now - first < 2 * self.lease_seconds:
                     self._alive[key] = first + 2 * self.lease_seconds

@@ -1,11 +1,6 @@
-"""Is a workflow waiting on a task queue no worker polls? Asked while a call waits on it.
-
-A workflow runs only where a worker polls its task queue. A call that waits on a workflow nobody
-serves (a lock started by a worker that has since gone, on a queue no other worker polls) would wait
-in silence; this tells, within seconds, which queue is missing its worker. The server's poller list
-alone cannot say it: it lists a stopped worker for minutes. A workflow task that no worker has taken
-for seconds can (a polling worker takes one in milliseconds).
-"""
+"""Is a workflow waiting on a task queue no worker polls? Asked while a call waits on it, to name
+the missing queue within seconds. The poller list lists a stopped worker for minutes; a workflow
+task no worker took for seconds says it (a polling worker takes one in milliseconds)."""
 
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-# A workflow task waiting this long without a worker taking it means nobody serves the queue (longer
-# than the 5 s a task waits on a dead worker's sticky queue before the server hands it to any worker).
+# A workflow task waiting this long untaken means nobody serves the queue (longer than the 5 s a
+# task waits on a dead worker's sticky queue).
 UNSERVED_SECONDS = 10.0
 
 
@@ -51,8 +46,8 @@ async def workflow_pollers(client: Client, task_queue: str) -> list[str]:
 
 
 async def unserved(client: Client, workflow_id: str, after: float = UNSERVED_SECONDS) -> Unserved | None:
-    """The workflow's queue, when its pending workflow task has waited `after` seconds for a worker
-    (or no worker polls its queue at all); None while it is served, closed, or unknown."""
+    """The workflow's queue once its pending workflow task has waited `after` seconds (or nobody
+    polls it); None while served, closed, or unknown."""
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
     except RPCError:

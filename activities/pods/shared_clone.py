@@ -1,20 +1,7 @@
-"""One clone shared by many pods: who owns which worktree, and git's own lock files.
-
-A pod's worktrees live in its private state dir, so other pods see their registrations in the
-shared clone but not their folders. Plain `git worktree prune` (also run by `git gc`) would drop
-every registration whose folder it cannot see: another pod's live worktrees. So each pod:
-
-- adds worktrees locked (`git worktree add --lock --reason "taskfleet pod=<pod id>"`): prune and gc
-  leave locked worktrees alone, and the reason says whose it is;
-- removes only its own: `forget_worktree` deletes the one registration whose owner is this pod,
-  `prune_own` every registration it owns (at its start, clean-up after a crash; or by whoever holds
-  the dead pod's expired lease), and never calls `git worktree prune`;
-- names worktrees with its pod id, so paths and registration names cannot collide between pods.
-
-Git guards its shared files with lock files (`index.lock`, `config.lock`, `packed-refs.lock`,
-`<ref>.lock`) and fails at once when another process holds one. Between pods that is expected
-contention, not an error: `is_lock_contention` recognises it and `retry_delays` paces the retries.
-"""
+"""One clone shared by many pods: who owns which worktree, and git's own lock files. `git worktree
+prune` would drop other pods' live worktrees (their folders are out of sight), so each pod adds
+its worktrees locked with a reason naming it, removes only its own, and never prunes. Git's lock
+files held by another pod are contention, not an error: `is_lock_contention` and `retry_delays`."""
 
 from __future__ import annotations
 
@@ -30,8 +17,8 @@ from pathlib import Path
 
 OWNER_PREFIX = "taskfleet pod="
 
-# What git prints when another process holds one of its lock files.
-# ("cannot lock ref ...: is at X but expected Y" is a compare-and-swap that lost: not retried here.)
+# What git prints when another process holds one of its lock files ("cannot lock ref ...: is at X
+# but expected Y" is a lost compare-and-swap: not retried here).
 _LOCK_CONTENTION = re.compile(
     r"Unable to create '[^']*\.lock': File exists"
     r"|could not lock config file [^\n]*: File exists"
@@ -62,7 +49,7 @@ def retry_delays(total_seconds: float = 60.0, first: float = 0.02, cap: float = 
 
 
 def owner_reason(pod: str, lease: str = "") -> str:
-    """`taskfleet pod=<pod> lease=<key>`: whose worktree it is, and the lease that says it is alive."""
+    """`taskfleet pod=<pod> lease=<key>`: whose worktree it is, and the lease saying it is alive."""
     return f"{OWNER_PREFIX}{pod}" + (f" lease={lease}" if lease else "")
 
 
@@ -136,10 +123,7 @@ def worktree_add_args(pod: str, lease: str = "") -> tuple[str, ...]:
 
 
 def forget_worktree(clone: str | Path, path: str | Path, pod: str) -> bool:
-    """Remove `path`'s folder and its registration, if `pod` owns it; never anyone else's.
-
-    Deleting the admin folder is what `git worktree prune` does for one entry, limited to ours.
-    """
+    """Remove `path`'s folder and registration if `pod` owns it: prune for one entry, ours only."""
     target = Path(os.path.abspath(path))
     for reg in registrations(clone):
         if reg.path == target:
@@ -155,12 +139,8 @@ def forget_worktree(clone: str | Path, path: str | Path, pod: str) -> bool:
 def prune_own(
     clone: str | Path, pod: str, keep: set[Path] | frozenset[Path] = frozenset(), delete_folders: bool = True
 ) -> list[Path]:
-    """Remove every worktree `pod` owns in the clone except those in `keep`; returns their paths.
-
-    Run by the pod at its start (what a crash left behind), or by the holder of a dead pod's
-    expired lease, with `delete_folders=False`: that pod's folders were in its own state dir, out of
-    our sight. Other pods' worktrees and unlocked ones are never touched.
-    """
+    """Remove every worktree `pod` owns in the clone but `keep`; returns their paths. A dead pod's
+    lease taker passes `delete_folders=False`: its folders are out of sight."""
     removed = []
     kept = {Path(os.path.abspath(p)) for p in keep}
     for reg in registrations(clone):
@@ -178,10 +158,8 @@ def owners(clone: str | Path) -> set[str]:
 
 
 def git_retrying(cwd: str | Path, *args: str, total_seconds: float = 60.0) -> str:
-    """`git args...` (blocking), retried while another process holds one of git's lock files.
-
-    For start-up and clean-up paths; task paths use the event-loop runner with the same test.
-    """
+    """`git args...` (blocking), retried on lock contention; for start-up and clean-up paths (tasks
+    use the event-loop runner)."""
     delays = retry_delays(total_seconds)
     while True:
         ran = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -196,8 +174,8 @@ def git_retrying(cwd: str | Path, *args: str, total_seconds: float = 60.0) -> st
 
 
 def forget_registrations(clone: str | Path, paths: set[Path] | list[Path], pod: str) -> list[Path]:
-    """Drop the registrations of `paths` that `pod` owns (their folders are left alone): the
-    one-entry `git worktree prune`, for many entries in one listing of the clone's admin folders."""
+    """Drop the registrations of `paths` that `pod` owns, folders left alone: the one-entry `git
+    worktree prune`, for many entries in one listing."""
     wanted = {Path(os.path.abspath(p)) for p in paths}
     dropped = []
     for reg in registrations(clone):

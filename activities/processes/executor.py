@@ -1,14 +1,7 @@
-"""Running a board's command (executor or verification) in a task's worktree.
-
-The command line is the board author's, run with `sh -c`; task fields never enter it, they reach
-it as environment variables. It sees only what the worker's rules give a task of the worker's
-environment, and runs in a PID namespace of its own (or its own process group: see
-`process_trees.py`), so a timeout, a cancelled activity or the worker's death kills everything it
-started. Output goes to the task's log file, not to memory.
-
-A command with no shell syntax at all (`pytest -q tests`, `sleep 0.5`) is started directly, as
-make does: the same argv `sh` would have run, one process fewer to start per command.
-"""
+"""Running a board's command (executor or verification) in a task's worktree, with `sh -c`: task
+fields reach it as environment variables, never in the command line. It dies with its timeout,
+its activity or its worker (process_trees.py); output goes to the task's log. A command with no
+shell syntax is exec'd directly, as make does: one process fewer."""
 
 from __future__ import annotations
 
@@ -48,12 +41,8 @@ def _kill_group(pid: int, sig: int) -> None:
 
 
 async def _exited(proc: subprocess.Popen, timeout: float) -> bool:
-    """Wait up to `timeout` for the process to exit, without reaping it.
-
-    A pidfd in the event loop's selector wakes us when it exits: no watcher thread and no
-    `call_soon_threadsafe` hand-off per process (asyncio's child watchers lost wake-ups under the
-    Temporal worker here, leaving activities hanging). Elsewhere, poll.
-    """
+    """Wait up to `timeout` for the process to exit, without reaping it: a pidfd in the event loop's
+    selector (asyncio's child watchers lost wake-ups under the worker). Elsewhere, poll."""
     if proc.poll() is not None:
         return True
     if not hasattr(os, "pidfd_open"):
@@ -83,14 +72,13 @@ async def _stop(proc: subprocess.Popen, grace: float = 2.0) -> None:
         _kill_group(proc.pid, signal.SIGTERM)
         if not await _exited(proc, grace):
             _kill_group(proc.pid, signal.SIGKILL)
-    # The leader is not reaped yet, so its pid (= the group id) cannot have been reused:
-    # this reaches only stragglers of this command's own group.
+    # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
     _kill_group(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
-# Words made only of these characters mean the same to `sh -c` as to exec: no quoting,
-# expansion, globbing, redirection, grouping or operators.
+# Words only of these characters mean the same to `sh -c` as to exec (no quoting, expansion,
+# globbing, redirection or operators).
 _PLAIN_WORDS = re.compile(r"[A-Za-z0-9_./,:+=@%^-]+(?:[ \t]+[A-Za-z0-9_./,:+=@%^-]+)*")
 # dash's builtins and reserved words: these run inside the shell, so they go through `sh`.
 _SHELL_WORDS = frozenset(
@@ -125,14 +113,8 @@ def _prctl() -> Callable[..., int] | None:
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A `preexec_fn` that makes the command's session leader die when the worker dies.
-
-    A SIGKILLed worker never cleans up: without this its executors run on, writing into a
-    worktree a retry may be using. The kernel delivers SIGKILL to the child when the thread that
-    started it exits; commands start from the event loop's thread, which lives as long as the
-    worker. The rest of the group (a leader's own children) is killed from the process-group
-    record at the next worker start.
-    """
+    """A `preexec_fn` making the command's leader die with the worker (so it writes into no worktree
+    a retry uses); the rest of its group is killed from the record at the next worker start."""
     prctl = _prctl()
     if prctl is None:
         return None
@@ -169,14 +151,14 @@ def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, stdin: B
     argv = direct_argv(command)
     if not trees.preexec:
         if argv is None or not _runnable(argv[0], cwd, env):
-            argv = ["sh", "-c", command]  # not found, not executable: `sh` says so, exit 127/126
+            argv = ["sh", "-c", command]  # not found, not executable: `sh` says so (127, 126)
         return subprocess.Popen([*trees.prefix, *argv], **options)
     options["preexec_fn"] = _die_with_parent_hook()
     if argv is not None:
         try:
             return subprocess.Popen(argv, **options)
         except OSError:
-            pass  # not found, not executable: let `sh` say so, with its exit code (127, 126)
+            pass
     return subprocess.Popen(["sh", "-c", command], **options)
 
 
@@ -193,15 +175,8 @@ async def run_command(
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,
 ) -> CommandResult:
-    """Run `command` to completion or timeout, its output appended to `log` (opened `a+b` by the caller).
-
-    `env` holds the command's own variables (the task's `TASKFLEET_*`); what else it sees of the
-    worker's environment is decided by the worker's rules (`taskfleet.core.task_env`), whatever the
-    caller passes. `on_start(pid)` hears the new process group's id (the leader's pid), e.g. to
-    record it on disk. `stdin` (a file to read) is its input, else nothing; with `stdout` its
-    standard output goes there and only its standard error to `log` (a judge's stdout is its
-    verdict's reasons).
-    """
+    """Run `command` to completion or timeout, output appended to `log` (with `stdout`, only
+    stderr); the worker's rules decide its environment. `on_start(pid)` hears its group id."""
     started = time.monotonic()
     log.write(f"\n$ ({label}) {command}\n".encode())
     log.flush()
@@ -219,7 +194,7 @@ async def run_command(
                 return CommandResult(None, time.monotonic() - started, True)
             if await _exited(proc, min(heartbeat_every, remaining)):
                 code = proc.wait()
-                # Killed by a signal: report it as `sh` would have, 128 + the signal's number.
+                # Killed by a signal: reported as `sh` would, 128 + the signal's number.
                 return CommandResult(128 - code if code < 0 else code, time.monotonic() - started, False)
             heartbeat()
     except BaseException:

@@ -1,11 +1,6 @@
-"""The rules every task process is started under: its environment and its process tree.
-
-Set once per worker (the plugin does it around the worker's run, from `TaskfleetSettings`), read by
-the executor for every command. A context variable, not a global: several workers in one process
-(tests, a user's own worker beside ours) each keep their own rules, and every activity task a
-worker starts inherits its worker's. Code that runs a command outside any worker gets the rules of
-the process's environment (`TASKFLEET_TASK_ENV`, `TASKFLEET_PROCESS_TREES`).
-"""
+"""The rules every task process is started under: its environment and its process tree. Set once per
+worker (the plugin, from `TaskfleetSettings`) in a context variable, so workers sharing a process
+keep their own; outside a worker the process environment's rules apply."""
 
 from __future__ import annotations
 
@@ -45,8 +40,8 @@ def using_policy(policy: ExecutorPolicy) -> Iterator[ExecutorPolicy]:
 
 
 def task_env_problem(names: list[str]) -> str:
-    """Why a task may not have these worker variables here ("" when it may): the operator did not
-    allow them (TASKFLEET_TASK_ENV), or this worker's environment lacks them. Names only, never a value."""
+    """Why a task may not have these worker variables here ("" when it may): not allowed by
+    TASKFLEET_TASK_ENV, or missing here. Names only, never a value."""
     if not names:
         return ""
     environment = current_policy().environment

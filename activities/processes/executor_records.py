@@ -1,12 +1,7 @@
-"""Which executors are running, on disk, so a crashed worker's executors can be killed later.
-
-Each command a task runs carries `TASKFLEET_EXEC_TOKEN=<worker pid>-<random>` in its environment,
-and `<state>/executors/<token>` holds its process-group id while it runs. The leader dies with the
-worker (PR_SET_PDEATHSIG); what it started may not. The next worker on the state dir (and any live
-worker, now and then) kills every process still carrying the token of a worker that is gone, before
-a retry can meet it. The token, not the group id alone, names the processes: a group id can be
-reused by an unrelated program once its group is empty.
-"""
+"""Which executors are running, on disk, so a crashed worker's executors can be killed later. Each
+command carries `TASKFLEET_EXEC_TOKEN=<worker pid>-<random>`; the next worker (and live ones, now
+and then) kills every process carrying a dead worker's token. A token, not a group id, names
+processes: group ids are reused."""
 
 from __future__ import annotations
 
@@ -20,8 +15,8 @@ import time
 from pathlib import Path
 
 TOKEN_VARIABLE = "TASKFLEET_EXEC_TOKEN"
-# Every command of one task (all its attempts, on any worker) carries the same key: a retry kills
-# whatever an earlier attempt left running on this machine before it starts anything itself.
+# Every command of one task (all attempts, on any worker) carries this key: a retry first kills what
+# an earlier attempt left running here.
 TASK_KEY_VARIABLE = "TASKFLEET_TASK_KEY"
 
 
@@ -30,8 +25,8 @@ def task_key(run_key: str, task_id: str) -> str:
 
 
 def _stat_fields(pid: int) -> list[str]:
-    """The fields of /proc/<pid>/stat after the command name (state first, start time at 19), or
-    [] if the process has gone. The name is cut at the last ")": it may hold spaces and ")"."""
+    """The fields of /proc/<pid>/stat after the command name (state first), or [] if gone. The name
+    is cut at the last ")": it may hold spaces and ")"."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -45,16 +40,15 @@ def process_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    fields = _stat_fields(pid)  # a zombie (dead, not yet reaped by whoever adopted it) counts as gone
+    fields = _stat_fields(pid)  # a zombie counts as gone
     return not fields or fields[0] != "Z"
 
 
 
 
 def no_detached_git_maintenance(env: dict[str, str]) -> None:
-    """Make git commands an executor runs do their automatic gc/maintenance in the foreground
-    (`gc.autoDetach`, `maintenance.autoDetach` false), added to any `GIT_CONFIG_*` already there: a
-    detached gc carries the task's token and would be stopped with the task's stragglers."""
+    """Run executors' git auto gc in the foreground (added to any `GIT_CONFIG_*`): a detached gc
+    carries the task's token and would be killed with the stragglers."""
     try:
         count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
     except ValueError:
@@ -80,9 +74,8 @@ def _token_of(environ: bytes, variable: str = TOKEN_VARIABLE) -> str:
 
 
 def _scan(tokens: set[str], variable: str = TOKEN_VARIABLE) -> tuple[list[int], list[int]]:
-    """One pass over /proc: live processes carrying one of the tokens, and user processes whose
-    environment read empty. A process in the middle of `execve` (a `setsid` child turning into its
-    command, just as its task ends) shows an empty environment for a moment: it is looked at again."""
+    """One pass over /proc: live processes carrying one of the tokens, and those whose environment
+    read empty (a process mid-`execve` reads empty for a moment: looked at again)."""
     found, unsure = [], []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -101,8 +94,8 @@ def _scan(tokens: set[str], variable: str = TOKEN_VARIABLE) -> tuple[list[int], 
     return found, unsure
 
 
-# Processes whose environment stayed empty through a whole re-look (started with `env -i`, say):
-# not in an exec, so not looked at again each time.
+# Processes whose environment stayed empty through a re-look (`env -i`, say): not mid-exec, so not
+# looked at again.
 _STABLY_EMPTY: set[int] = set()
 
 
@@ -113,7 +106,7 @@ def _user_process(pid: int) -> bool:
 
 
 def processes_with_tokens(tokens: set[str]) -> list[int]:
-    """Live processes whose environment carries one of these executor tokens: one pass over /proc."""
+    """Live processes whose environment carries one of these tokens: one pass over /proc."""
     return _scan(tokens)[0]
 
 
@@ -123,10 +116,8 @@ def processes_with_token(token: str) -> list[int]:
 
 
 def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0, variable: str = TOKEN_VARIABLE) -> int:
-    """Stop every live process carrying one of the tokens, again until none is left or `wait`
-    seconds have passed (a process may fork as it dies); how many were signalled. With `grace`,
-    SIGTERM first and SIGKILL only for what is still there `grace` seconds later: a git process
-    (a detached `gc --auto`, say) then removes its lock and temporary files as it goes."""
+    """Stop every live process carrying one of the tokens until none is left or `wait` runs out; how
+    many. With `grace`, SIGTERM first (git removes its lock files), SIGKILL after."""
     signalled: dict[int, str] = {}  # pid -> its start time, so a reused pid is not waited on
     started = time.monotonic()
     looks_again = 5  # passes more while only processes in the middle of an exec were seen
@@ -164,10 +155,8 @@ def _start_time(pid: int) -> str:
 
 
 def _dying(signalled: dict[int, str]) -> bool:
-    """Whether a process we signalled is still on its way out. A dying process drops its memory
-    before its files, so for a moment its environment reads empty (no token: `_scan` no longer
-    sees it) while it still holds its files, and with them its locks. It is gone once it is a
-    zombie or has left; only then may a retry start."""
+    """Whether a process we signalled is still on its way out: a dying process's environment reads
+    empty before it drops its files and locks; it is gone once a zombie or reaped."""
     return any(process_alive(pid) and _start_time(pid) == since for pid, since in signalled.items())
 
 
@@ -185,26 +174,24 @@ def kill_executor(token: str, pgid: int, wait: float = 5.0) -> int:
 
 
 def kill_stragglers(tokens: set[str], wait: float = 3.0, grace: float = 1.0) -> int:
-    """Stop what tasks' commands left running outside their process groups (a `setsid` child, a
-    daemon): every live process carrying one of these tokens, found in one pass over /proc for all
-    of them; SIGTERM, then SIGKILL after `grace` seconds; how many. Linux only (elsewhere: 0)."""
+    """Stop what tasks' commands left outside their groups (a `setsid` child, a daemon) in one /proc
+    pass: SIGTERM, then SIGKILL after `grace`; how many. Linux only (elsewhere: 0)."""
     if not sys.platform.startswith("linux") or not tokens:
         return 0
     return _kill_carriers(tokens, wait, grace)
 
 
 def kill_task_processes(key: str, wait: float = 10.0) -> int:
-    """SIGKILL every process of this machine carrying the task key (an earlier attempt's, whatever
-    worker started it and whether or not it still lives); returns once none is left, or after
-    `wait` seconds. How many were signalled. Linux only (elsewhere: 0)."""
+    """SIGKILL every process here carrying the task key (an earlier attempt's), until none is left
+    or `wait` runs out; how many. Linux only (elsewhere: 0)."""
     if not sys.platform.startswith("linux") or not key:
         return 0
     return _kill_carriers({key}, wait, variable=TASK_KEY_VARIABLE)
 
 
 class Stragglers:
-    """`kill_stragglers` for tasks as they end, one /proc pass (on a thread) for every task that
-    ended while the last pass ran: a hundred tasks ending together cost a few passes, not a hundred."""
+    """`kill_stragglers` for ending tasks, one /proc pass for all that ended during the last pass: a
+    hundred tasks ending together cost a few passes."""
 
     def __init__(self) -> None:
         self._waiting: dict[str, asyncio.Future] = {}
@@ -224,7 +211,7 @@ class Stragglers:
             failure: BaseException | None = None
             try:
                 await asyncio.to_thread(kill_stragglers, set(batch))
-            except Exception as err:  # noqa: BLE001 - told to this pass's waiters; the next pass runs
+            except Exception as err:  # noqa: BLE001 - told to this pass's waiters
                 failure = err
             except BaseException as err:  # the worker is stopping: nobody waits on
                 failure = RuntimeError(f"straggler sweep stopped: {type(err).__name__}")
@@ -246,11 +233,8 @@ JOURNAL_ROTATE_BYTES = 1 << 20
 
 
 class ExecutorRecords:
-    """The running executors of this worker, in one append-only journal per worker process
-    (`<state>/executors/<worker pid>-<random>.journal`: `+ <token> <pgid>` when a command starts,
-    `- <token>` when it ends). A line appended to an open file costs microseconds; a file created
-    and deleted per command cost about a millisecond of the event loop each on this machine's disk.
-    Files named by a bare token (one executor each, from earlier versions) are still reaped."""
+    """This worker's running executors, in an append-only journal per process (a line per start and
+    end): microseconds a line, where a file per command cost a millisecond."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -281,7 +265,8 @@ class ExecutorRecords:
         """A new journal holding only the running executors; the old one is deleted."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{os.getpid()}-{secrets.token_hex(4)}.journal"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # not inherited by executors
+        # not inherited by executors
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         text = "".join(f"+ {token} {pgid}\n" for token, pgid in self._running.items())
         self._written = os.write(fd, text.encode()) if text else 0
         old, old_fd = self._journal, self._fd
@@ -305,8 +290,7 @@ class ExecutorRecords:
         return killed
 
     async def reap_now_and_then(self, every: float = 10.0) -> None:
-        """`reap_dead`, at most every `every` seconds, on a thread (killing can wait up to seconds
-        for a process): cheap enough to call from each task."""
+        """`reap_dead` at most every `every` seconds, on a thread (a kill may wait): cheap per task."""
         if time.monotonic() - self._last_reap >= every:
             self._last_reap = time.monotonic()  # one reap at a time, even while this one runs
             await asyncio.to_thread(self.reap_dead)

@@ -1,11 +1,6 @@
 """A worker's watchdog (process-group mode): when the worker dies, kill what its tasks left running.
-
-Run as `python -I orphan_watchdog.py <worker pid> <variable> <token prefix>` with the read end of a
-pipe as stdin, whose only writer is the worker: end of file means the worker is gone (SIGKILL, OOM,
-a crash), and every process whose environment carries `<variable>=<token prefix>...` is killed,
-pass after pass until none is left. Standard library only, no package import: it starts in tens of
-milliseconds and has nothing to break.
-"""
+Run as `python -I orphan_watchdog.py <worker pid> <variable> <token prefix>` with a pipe from the
+worker as stdin: end of file means the worker is gone. Standard library only: starts fast."""
 
 import os
 import signal
@@ -34,7 +29,7 @@ def main() -> None:
     while sys.stdin.buffer.read(65536):
         pass  # nobody writes: this returns at end of file, when the worker has died
     quiet, deadline = 0, time.monotonic() + 30
-    while quiet < 3 and time.monotonic() < deadline:  # a process in the middle of a fork or exec is seen next pass
+    while quiet < 3 and time.monotonic() < deadline:  # a process mid-fork or exec is seen next pass
         found = [pid for pid in carriers(needle) if pid != os.getpid()]
         quiet = 0 if found else quiet + 1
         for pid in found:

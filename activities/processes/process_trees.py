@@ -1,24 +1,7 @@
-"""How every process a task starts dies with its command, and with its worker, on every path.
-
-Chosen once per worker process, at start, and logged:
-
-- `pid-namespace` (preferred): each command runs under a tiny init (`sh`, which only waits for the
-  command and exits with its status) in a PID namespace of its own, made by util-linux `unshare
-  --pid --fork --kill-child --mount-proc`; `unshare` itself dies with the worker (PR_SET_PDEATHSIG,
-  set by `setpriv`), and `--kill-child` kills the init when `unshare` dies. When a namespace's init
-  ends, the kernel kills every process left in it. So when the command ends (or times out, or is
-  cancelled) and when the worker dies (SIGKILL, the OOM killer), nothing it started survives:
-  `setsid`, double forks and daemons included. The command itself is the init's child, so its
-  signals, `$$` and exit codes behave as without a namespace; `ps` inside sees only the task. Needs
-  root (CAP_SYS_ADMIN) or unprivileged user namespaces (then `--user --map-current-user`).
-- `process-group` (fallback, or forced): each command in its own process group, its leader dying
-  with the worker, every process carrying the command's token (`TASKFLEET_EXEC_TOKEN`) and its
-  task's key (`TASKFLEET_TASK_KEY`) in its environment. A watchdog process (one per worker
-  process) kills every process of the worker's tokens the moment the worker dies; the next worker
-  start reaps the journals; and a retried attempt first kills every process carrying its task's
-  key, so it never runs beside an earlier attempt (one that clears its own environment is beyond
-  reach: that is what the namespace closes).
-"""
+"""How every process a task starts dies with its command and with its worker, chosen once per
+worker: `pid-namespace` (preferred: a tiny `sh` init in its own PID namespace via `unshare`; the
+kernel kills all left in it) or `process-group` (fallback: group, tokens in the environment, a
+watchdog, retries that kill their task key's processes). See docs/architecture.md."""
 
 from __future__ import annotations
 
@@ -38,9 +21,8 @@ MODE_AUTO = "auto"
 MODE_NAMESPACE = "pid-namespace"
 MODE_GROUP = "process-group"
 MODES = (MODE_AUTO, MODE_NAMESPACE, MODE_GROUP)
-# The init of a task's namespace: runs the command as its child and exits with its status. Not the
-# command itself as init: an init ignores signals it has no handler for (a SIGTERM on timeout), and
-# `kill $$` in a script would stop working.
+# The init of a task's namespace runs the command as its child: an init ignores signals it has no
+# handler for, and `kill $$` would stop working.
 INIT = ("sh", "-c", '"$@"\nexit $?', "taskfleet-init")
 _NAMESPACE_FLAGS = ("--pid", "--fork", "--kill-child", "--mount-proc")
 WATCHDOG = Path(__file__).with_name("orphan_watchdog.py")
@@ -70,8 +52,8 @@ class ProcessTrees:
 
 @functools.cache
 def setpriv() -> str | None:
-    """util-linux `setpriv`, which sets PR_SET_PDEATHSIG and execs: keeps Python's fast vfork start
-    (a `preexec_fn` costs ~8 ms of the worker's event loop per command, measured)."""
+    """util-linux `setpriv` sets PR_SET_PDEATHSIG and execs, keeping Python's fast vfork start (a
+    `preexec_fn` costs ms of the event loop per command)."""
     if not sys.platform.startswith("linux") or os.environ.get("TASKFLEET_NO_SETPRIV"):
         return None
     return shutil.which("setpriv")
@@ -88,7 +70,7 @@ def _group(why: str) -> ProcessTrees:
 
 
 def _probe(prefix: tuple[str, ...]) -> str:
-    """"" when a command run under `prefix` is the init's child in its own namespace; else why not."""
+    """"" when a command run under `prefix` is its init's child in its own namespace; else why not."""
     try:
         ran = subprocess.run([*prefix, "sh", "-c", 'test "$$" = 2'], capture_output=True, text=True, timeout=20,
                              stdin=subprocess.DEVNULL)
@@ -131,9 +113,8 @@ def _refuse(requested: str, why: str) -> ProcessTrees:
 
 
 class Watchdog:
-    """In process-group mode: one process per worker process that outlives it just long enough to
-    kill every process still carrying one of its executor tokens (`<worker pid>-...`) when it dies,
-    however it dies. It learns of the death from a pipe whose only writer is the worker."""
+    """In process-group mode: one process per worker that outlives it just long enough to kill every
+    process carrying its executor tokens, told of its death by a pipe only the worker writes."""
 
     _started: dict[int, subprocess.Popen] = {}
 

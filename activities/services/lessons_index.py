@@ -1,12 +1,7 @@
-"""The lessons index: past failures from a JSONL file, indexed in the worker's memory.
-
-Built once at worker start; every lookup then costs microseconds (the structures are in
-activities/services/lessons_postings.py, the rankings in lessons_ranking.py). Appends are durable
-(flock, flush, fsync) and shared by every worker process on the host: each reads only the bytes
-others appended since it last looked (the line format is in lessons_lines.py).
-
-This module is the index as workers use it: built from its file, kept up with appends, and asked.
-"""
+"""The lessons index: past failures from a JSONL file, indexed in the worker's memory at start so a
+lookup costs microseconds (structures in lessons_postings.py, rankings in lessons_ranking.py,
+lines in lessons_lines.py). Appends are durable (flock, fsync) and shared by the host's worker
+processes, each reading only the bytes others appended since it last looked."""
 
 from __future__ import annotations
 
@@ -44,8 +39,7 @@ from taskfleet.core.models.lessons import (
     LessonsStats,
 )
 
-# Importable from here as before the index's parts moved beside it (the journals, the lessons
-# activities and the judge use them).
+# Importable from here too: the journals, the lessons activities and the judge use them.
 _UNREADABLE, _decode, _decode_chunk, _timestamp = UNREADABLE, decode_lines, decode_chunk, timestamp
 __all__ = [
     "KEYED_FIELDS", "MAX_LIMIT", "MAX_METADATA_DEPTH", "LessonsIndex", "MalformedLesson", "lesson_from_json",
@@ -79,7 +73,7 @@ class LessonsIndex(LessonPostings, LessonRanking):
         """(Re)build from the file; a missing file is an empty index."""
         started = time.perf_counter()
         collecting = gc.isenabled()
-        gc.disable()  # a build makes ~10 objects a line; generational passes over them cost ~30%
+        gc.disable()  # ~10 objects a line: generational passes cost ~30%
         try:
             with self._lock:
                 self._reset()
@@ -92,10 +86,10 @@ class LessonsIndex(LessonPostings, LessonRanking):
         finally:
             if collecting:
                 gc.enable()
-            gc.freeze()  # the index lives as long as the worker: keep it out of every later GC pass
+            gc.freeze()  # the index lives as long as the worker: out of every later GC pass
 
     def _read_new_lines(self) -> list[tuple[float, Lesson]]:
-        """Complete lines appended since `_offset`; later lines with a known id replace earlier ones."""
+        """Complete lines appended since `_offset`; a later line of a known id replaces the earlier."""
         if self.path is None or not self.path.exists():
             return []
         with open(self.path, "rb") as handle:
@@ -136,7 +130,7 @@ class LessonsIndex(LessonPostings, LessonRanking):
         return list(latest.values()) + updates
 
     def refresh(self) -> int:
-        """Pick up lines other processes appended (reads only the new bytes). Returns how many."""
+        """Pick up lines other processes appended (only the new bytes); how many."""
         if self.path is None:
             return 0
         try:

@@ -1,17 +1,7 @@
 """Lessons shared by a fleet of pods: one journal per pod in a shared folder, all read by every pod.
-
-Pods share no lock (flock across hosts is unreliable or a no-op on network file systems), so no file
-has two writers: pod P appends only to `<lessons_dir>/<P>.jsonl` (the `LessonsIndex` append path,
-whose flock only orders P's own processes on P's host), and reads every other `*.jsonl` there
-incrementally, a byte offset per journal, complete lines only. The index in each worker's memory
-stays the source of speed; the journals are its durable feed.
-
-The same lesson may be bumped on two pods (its id travels with it): each writes its own line, and
-the line with the later `last_seen` wins everywhere. `times_seen` can then undercount by the bumps
-that raced; a lesson is never lost.
-
-Select it with TASKFLEET_LESSONS_DIR (and TASKFLEET_POD_ID, default: the host name).
-"""
+Pods share no lock, so no file has two writers: a pod appends to `<lessons_dir>/<pod>.jsonl` and
+reads the others incrementally. Per id the later `last_seen` wins (racing bumps may undercount
+`times_seen`). Set by TASKFLEET_LESSONS_DIR (and TASKFLEET_POD_ID)."""
 
 from __future__ import annotations
 
@@ -47,7 +37,7 @@ class JournalTail:
 
 
 class JournaledLessonsIndex(LessonsIndex):
-    """A `LessonsIndex` whose file is this pod's journal, fed as well by every other pod's journal."""
+    """A `LessonsIndex` on this pod's journal, fed as well by every other pod's journal."""
 
     def __init__(self, directory: Path | str, pod: str, refresh_interval: float = REFRESH_INTERVAL_SECONDS) -> None:
         self.directory = Path(directory)
@@ -63,10 +53,8 @@ class JournaledLessonsIndex(LessonsIndex):
     # --- reading ----------------------------------------------------------------------------------
 
     def _read_new_lines(self) -> list[tuple[float, Lesson]]:
-        """New lines of our journal (the base class) and of every other pod's, newest per id kept.
-
-        Called by `load`, `refresh` and `record` (under the index lock), so all three see the fleet.
-        """
+        """New lines of our journal and every other pod's, newest per id kept; called by `load`,
+        `refresh` and `record` (under the index lock), so all three see the fleet."""
         entries = super()._read_new_lines()
         for name in self._other_journals():
             tail = self._tails.get(name)
@@ -97,7 +85,7 @@ class JournaledLessonsIndex(LessonsIndex):
         try:
             with open(tail.path, "rb") as handle:
                 size = os.fstat(handle.fileno()).st_size
-                if size < tail.offset:  # the journal was replaced or cut: read it again from the top
+                if size < tail.offset:  # replaced or cut: read it again from the top
                     tail.offset = tail.line_no = 0
                 if size == tail.offset:
                     return []
@@ -127,7 +115,7 @@ class JournaledLessonsIndex(LessonsIndex):
                 if item is _UNREADABLE:
                     raise ValueError("not JSON")
                 out.append(lesson_from_json(item))
-            except Exception:  # noqa: BLE001 - a bad line of another pod's journal is skipped and counted
+            except Exception:  # noqa: BLE001 - a bad line of another pod's is skipped and counted
                 tail.malformed += 1
                 self._malformed += 1
                 if len(tail.malformed_lines) < _REPORTED_MALFORMED:

@@ -1,13 +1,7 @@
-"""The lessons file's lines: what one lesson is as a line of JSON, read fast and checked.
-
-A lessons file (or a pod's journal) is JSON lines appended by many writers over time; a line may be
-broken, blank, from a newer writer with extra fields, or nested absurdly deep. Here a chunk of
-lines is decoded (all at once when every line is sound, line by line otherwise) and each line is
-validated into a `Lesson` and the time it was last seen, or refused as malformed. Also the text
-helpers the index shares with its callers: a failure's normalized pattern and its tokens.
-
-Used by the lessons index (activities/services/lessons_index.py) and its journals.
-"""
+"""The lessons file's lines: what one lesson is as a line of JSON, read fast and checked. Lines come
+from many writers over time (broken, blank, newer with extra fields, nested absurdly deep): a
+chunk is decoded at once when sound, else line by line, each validated into a `Lesson` or
+refused. Also the failure-pattern and token helpers the index shares with its callers."""
 
 from __future__ import annotations
 
@@ -94,11 +88,8 @@ def _nested_deeper_than(value: Any, limit: int) -> bool:
 
 
 def lesson_from_json(data: Any) -> tuple[float, Lesson]:
-    """Validate one decoded line into (last_seen as epoch seconds, lesson).
-
-    Unknown keys are ignored, so a newer writer's extra fields do not break older readers.
-    On the build's hot path: checks are `type() is` tests, each timestamp is parsed once.
-    """
+    """Validate one decoded line into (last_seen as epoch seconds, lesson); unknown keys are ignored
+    for newer writers. Hot path of a build: `type() is` checks, each timestamp parsed once."""
     if type(data) is not dict:
         raise MalformedLesson("not a JSON object")
     if data.keys() != _LESSON_FIELDS:
@@ -162,7 +153,7 @@ def decode_lines(lines: list[bytes]) -> list[Any]:
     for raw in lines:
         try:
             out.append(json.loads(raw))
-        except Exception:  # any line the decoder refuses (bad JSON, nested too deep) is unreadable
+        except Exception:  # a line the decoder refuses (bad JSON, too deep) is unreadable
             out.append(UNREADABLE)
     return out
 

@@ -1,13 +1,7 @@
-"""The lessons index's structures in memory: postings by field, a time index, frequency buckets, terms.
-
-Every lookup of the index walks these, never the lessons themselves: keyed posting lists kept in
-recency order (so "best first, at most `limit`" is a walk of `limit` entries), a sorted time
-index, frequency buckets (made on the first "most frequent" query), and a token index of failure
-messages with each lesson's BM25 length norm. They are filled in bulk, a column at a time, when
-the index is built, and kept up one lesson at a time as lessons are added or replaced.
-
-The base of `LessonsIndex` (activities/services/lessons_index.py), which reads its file into them.
-"""
+"""The lessons index's structures in memory: postings by field, a time index, frequency buckets,
+terms. Lookups walk these in recency order (best first, `limit` entries), never the lessons;
+filled a column at a time when the index is built, then kept up one lesson at a time. The base of
+`LessonsIndex`."""
 
 from __future__ import annotations
 
@@ -45,16 +39,14 @@ class LessonPostings:
         self._counts: list[int] = []
         # token -> ids of lessons whose failure_msg has it (an id repeats when the token does)
         self._terms: dict[str, list[int]] = {}
-        self._term_counts: dict[str, dict[int, int]] = {}  # id -> tf, made on demand for common terms
+        # id -> tf, made on demand for common terms
+        self._term_counts: dict[str, dict[int, int]] = {}
         self._doc_lengths: list[int] = []
         self._avg_length = 1.0
 
     def _bulk_add(self, lessons: list[tuple[float, Lesson]]) -> None:
-        """Fill an empty index from distinct lessons sorted by time, a column at a time.
-
-        The same structures `_add` keeps, but built with list appends and C-level conversions
-        (`dict.fromkeys`, `Counter`) instead of one dict insert per field per lesson.
-        """
+        """Fill an empty index from distinct lessons sorted by time, a column at a time: list
+        appends and C-level conversions, not a dict insert per field per lesson as `_add` does."""
         assert not self._rows, "bulk build needs an empty index"
         rows = [Row(lesson, seen_at) for seen_at, lesson in lessons]
         self._rows = rows
@@ -65,7 +57,8 @@ class LessonPostings:
             grouped: defaultdict[str, list[int]] = defaultdict(list)
             for idx, value in enumerate(map(attrgetter(name), only)):
                 grouped[value].append(idx)
-            # Patterns are nearly unique: their lists stay lists (a dict each would cost ~10% of a build).
+            # Patterns are nearly unique: their lists stay lists (a dict each costs ~10% of a
+            # build).
             self._postings[name] = dict(grouped) if name in _LIST_POSTINGS else {
                 value: dict.fromkeys(ids) for value, ids in grouped.items()
             }

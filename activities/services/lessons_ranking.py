@@ -1,14 +1,7 @@
-"""How the lessons index ranks what matches: by BM25 similarity, by frequency, or by recency.
-
-A query's fields narrow it to the AND of their posting lists, walked from the smallest; what is
-left is ranked by one of: BM25 over failure-message tokens (`similar_to`, rarest terms first),
-`times_seen` (most frequent), or last seen (the default, newest first through the sorted time
-index). Each ranking yields best first and stops at `limit`, so a query costs about `limit`
-entries of work, not the size of the index.
-
-A mixin of `LessonsIndex` (activities/services/lessons_index.py): it reads the structures of
-`LessonPostings` (activities/services/lessons_postings.py).
-"""
+"""How the lessons index ranks what matches: by BM25 similarity, by frequency, or by recency. A
+query is the AND of its fields' posting lists, walked from the smallest; each ranking yields best
+first and stops at `limit`, so a query costs about `limit` entries, not the index's size. A mixin
+of `LessonsIndex` over `LessonPostings`' structures."""
 
 from __future__ import annotations
 
@@ -78,11 +71,8 @@ class LessonRanking:
     def _similar(
         self, text: str, lists: list[dict[int, None]], after: float | None, before: float | None, limit: int
     ) -> list[tuple[int, float]]:
-        """BM25 over failure_msg tokens, rarest terms first.
-
-        Terms in more than 1% of lessons only re-score candidates the rarer terms found (they
-        would add a little to everything and cost a walk of a long list), unless nothing rarer matched.
-        """
+        """BM25 over failure_msg tokens, rarest first; terms in over 1% of lessons only re-score
+        what rarer ones found (unless they found nothing), sparing a walk of a long list."""
         total = len(self._rows)
         terms = sorted((len(self._terms[t]), t) for t in set(tokenize(text)) if t in self._terms)
         common = max(256, total // 100)

@@ -1,8 +1,5 @@
-"""The activity result cache: a task whose inputs have not changed returns its earlier result.
-
-Two levels: an in-memory LRU bounded by bytes for the hot path, and SQLite on disk (stdlib
-`sqlite3`, WAL) so a restarted worker keeps its hits. Values are JSON text.
-"""
+"""The activity result cache: a task whose inputs have not changed returns its earlier result. An
+in-memory LRU bounded by bytes, then SQLite on disk (WAL) so a restarted worker keeps its hits."""
 
 from __future__ import annotations
 

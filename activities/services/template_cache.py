@@ -1,11 +1,6 @@
-"""The prompt template cache: every template compiled once, at worker start.
-
-A broken template stops the worker's start with its file and line, not a task an hour later.
-Undefined variables are errors (`StrictUndefined`). Inline templates from a board are untrusted
-text: they go through Jinja2's sandbox, and an LRU bound keeps their compiled forms. The sandbox
-bounds what a template may touch, not how long it runs, so `render_with_limit` renders inline text
-on a thread of its own with a time limit: a huge loop never holds the worker's event loop.
-"""
+"""The prompt template cache: every template compiled once, at worker start, so a broken one stops
+the start with its file and line. Undefined variables are errors. A board's inline templates are
+untrusted: sandboxed, LRU-bounded, and rendered on a thread of their own with a time limit."""
 
 from __future__ import annotations
 
@@ -25,7 +20,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from taskfleet.core.errors import StartupError
 
-# The shipped templates, as package data (a real folder: setuptools installs packages unzipped).
+# The shipped templates, as package data (setuptools installs packages unzipped).
 DEFAULT_TEMPLATES_DIR = Path(str(importlib.resources.files("taskfleet") / "prompts"))
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".txt", ".md")
 # How long an inline template may render; a real prompt renders in microseconds.
@@ -41,7 +36,7 @@ class TemplateRenderError(ValueError):
 
 
 class _RenderTimedOut(BaseException):
-    """Raised inside a render thread that ran past its limit (BaseException: templates can't catch it)."""
+    """Raised in a render thread past its limit (BaseException: templates can't catch it)."""
 
 
 def is_template_name(template: str) -> bool:
@@ -89,7 +84,7 @@ class TemplateCache:
         self._inline_lock = threading.Lock()
 
     def load(self) -> list[str]:
-        """Compile every template in the directory; raise `TemplateLoadError` on the first bad one."""
+        """Compile every template in the directory; `TemplateLoadError` on the first bad one."""
         if not self.templates_dir.is_dir():
             raise TemplateLoadError(f"templates directory {self.templates_dir} does not exist")
         compiled: dict[str, _Compiled] = {}
@@ -138,8 +133,8 @@ class TemplateCache:
     async def render_with_limit(
         self, template: str, context: dict[str, Any], limit_seconds: float = RENDER_LIMIT_SECONDS
     ) -> Rendered:
-        """Render a named template (the operator's, compiled at start) on the loop, or inline text
-        (a board's) on a thread of its own, stopped after `limit_seconds` with `TemplateRenderError`."""
+        """Render a named template (compiled at start) on the loop, or a board's inline text on a
+        thread of its own, stopped after `limit_seconds` with `TemplateRenderError`."""
         if is_template_name(template):
             return self.render(template, context)
         loop = asyncio.get_running_loop()
@@ -208,7 +203,7 @@ class TemplateCache:
 
 
 def _interrupt(thread: threading.Thread) -> None:
-    """Stop a render thread at its next bytecode: Jinja2 templates compile to Python code, so a
-    runaway loop ends promptly (a single long C call, such as a huge string repeat, runs to its end)."""
+    """Stop a render thread at its next bytecode (templates compile to Python); a single long C call
+    (a huge string repeat) still runs to its end."""
     if thread.is_alive() and thread.ident is not None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_RenderTimedOut))
