@@ -33,7 +33,7 @@ NOTIFY_TIMEOUT_SECONDS = 10.0
 
 
 def open_repo(path: str, remote: str) -> Repo:
-    """The clone the batch lands from; a wrong path or remote is the caller's error, never retried."""
+    """The clone the batch lands from; a wrong path or remote is the caller's error: no retry."""
     try:
         repo = Repo(path)
     except (InvalidGitRepositoryError, NoSuchPathError):
@@ -114,7 +114,7 @@ def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: 
 
 
 def _summary_new(info: PushInfo) -> str:
-    """The new value's abbreviation in a porcelain summary (`a..b`, `a...b (forced update)`), or ""."""
+    """The new value's abbreviation in a porcelain summary (`a..b`, `a...b (forced update)`)."""
     summary = (info.summary or "").strip().split(" ", 1)[0]
     for sep in ("...", ".."):
         if sep in summary:

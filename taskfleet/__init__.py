@@ -6,8 +6,8 @@ __all__ = ["TaskfleetPlugin", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that `taskfleet.models` and friends import without pulling in every activity, and
-    # the version is looked up only when asked (`--version`).
+    # Lazy, so `taskfleet.models` and friends import without every activity, and the version is
+    # looked up only when asked.
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 

@@ -1,12 +1,7 @@
-"""The coordination worker: every taskfleet worker also polls one task queue for the lease locks.
-
-A lease lock is one per guarded resource (a clone's branch claims, a worker's presence), so it cannot
-follow each board's task queue: it runs on the coordination queue (`taskfleet-coordination`, or
-`TASKFLEET_COORDINATION_QUEUE`), which the plugin polls beside the worker's own queue with a second,
-small worker that runs only `LeaseLockWorkflow`. A client may hold one worker per task queue, so
-the taskfleet workers of one process that share a client share one coordination worker: the first
-starts it, the last one to stop stops it.
-"""
+"""The coordination worker: every taskfleet worker also polls one task queue for the lease locks,
+one per resource, which cannot follow each board's queue (`taskfleet-coordination`, or
+`TASKFLEET_COORDINATION_QUEUE`). Workers of one process sharing a client share one coordination
+worker: the first starts it, the last stops it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""A real git repository with a bare remote whose hook counts pushes: the demo's sandbox.
-
-The demo shows "one push for nine tasks" from the remote's own count, so the count lives in a
-`pre-receive` hook installed after the seed push. Tests build on this (`taskfleet.testing`).
-"""
+"""A real git repository with a bare remote whose hook counts pushes: the demo's sandbox. The demo's
+"one push for nine tasks" is the remote's own count, from a `pre-receive` hook installed after
+the seed push. Tests build on this (`taskfleet.testing`)."""
 
 from __future__ import annotations
 
@@ -40,7 +38,7 @@ class SampleRemote:
 
 def seed_remote(root: Path, seed_from: Path | None = None, message: str = "seed") -> tuple[Path, Path, Path]:
     """A bare remote at `root/remote.git` whose `main` holds `seed_from`'s files (or two small
-    files), and a clone of it at `root/clone`; returns (clone, remote, push log path)."""
+    files), and its clone at `root/clone`; returns (clone, remote, push log path)."""
     root.mkdir(parents=True, exist_ok=True)
     remote, clone, push_log = root / "remote.git", root / "clone", root / "pushes.log"
     git(root, "init", "-q", "--bare", "-b", "main", str(remote))

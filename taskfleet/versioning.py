@@ -1,13 +1,7 @@
-"""Worker Versioning on unversioned workers: the behaviors our workflows declare must not break them.
-
-Each taskfleet workflow declares its versioning behavior in its `@workflow.defn` (PINNED or
-AUTO_UPGRADE, reasons beside each). The SDK (1.35) sends that behavior with every workflow task
-completion, versioned worker or not, and the server refuses it from a worker without deployment
-options ("versioning behavior cannot be specified without deployment options being set with
-versioned mode"): the task fails and is retried forever. So on a worker that does not use Worker
-Versioning, the plugin wraps the workflow runners in `UnversionedRunner`, which clears the field
-from each completion; a versioned worker sends it untouched.
-"""
+"""Worker Versioning on unversioned workers: our workflows declare a versioning behavior, which the
+SDK sends with every completion and the server refuses from a worker without deployment options
+(the task retried forever). On such a worker the plugin wraps the runners in `UnversionedRunner`,
+which clears the field; a versioned worker sends it untouched."""
 
 from __future__ import annotations
 

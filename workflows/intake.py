@@ -1,9 +1,7 @@
-"""What the long-lived workflows that take input from anyone (the git batcher, the merge queue) share.
-
-Their carried state is parsed by hand (a bad start input fails with a message), repeats of an id are
-ignored within a bounded memory of recent ids, a refused message is kept as a bounded preview, and
-they continue as new at the server's suggestion (or past a test hook's history length).
-"""
+"""What the long-lived workflows that take input from anyone (the git batcher, the merge queue)
+share: hand-parsed carried state, repeats of an id ignored within a bounded memory, refused
+messages kept as bounded previews, continue-as-new at the server's suggestion (or a test hook's
+history length)."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ T = TypeVar("T")
 
 
 def parse_state(raw: Any, kind: type[T]) -> T:
-    """The state a previous run carried (None: a fresh one); TypeError/ValueError when it is not one."""
+    """The state a previous run carried (None: a fresh one); TypeError/ValueError if not one."""
     if raw is None:
         return kind()
     if isinstance(raw, kind):
@@ -38,7 +36,7 @@ def should_continue_as_new(max_history_events: int) -> bool:
 
 
 def remember_id(recent: list[str], seen: set[str], item_id: str, keep: int) -> list[str]:
-    """`recent` with `item_id` added; past twice `keep` ids the oldest are forgotten (also from `seen`)."""
+    """`recent` with `item_id` added; past twice `keep` ids the oldest go (also from `seen`)."""
     seen.add(item_id)
     recent.append(item_id)
     if len(recent) <= 2 * keep:

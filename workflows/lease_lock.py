@@ -1,16 +1,7 @@
-"""`LeaseLockWorkflow`: a Temporal-native lock, one entity workflow per guarded resource.
-
-Why a workflow and not flock: pods on different hosts share no lock the kernel can see (flock over
-NFS is unreliable or a no-op), but they all reach the Temporal server. The lock's state (holder, FIFO
-of waiters, next fencing token) lives in workflow state, so it survives worker crashes and
-continue-as-new. A lease ends when its holder releases it or stops renewing (a workflow timer), so a
-killed pod never wedges the others; every grant carries a strictly increasing fencing token, which the
-guarded operation checks so a holder that outlived its lease is refused.
-
-Every handler takes raw arguments (whatever a person types into the `temporal` CLI), validates them
-in code and never raises out: a bad update is rejected by its validator (it never enters history), a
-bad signal is kept as a bounded description under `rejected` in the `holders` query.
-"""
+"""`LeaseLockWorkflow`: a Temporal-native lock, one entity workflow per guarded resource: pods on
+different hosts share no kernel lock, but all reach the server. Holder, FIFO and next token live
+in workflow state; a lease ends on release or missed renewal, and grants carry rising fencing
+tokens. Handlers validate raw arguments and never raise out (bad signals kept under `rejected`)."""
 
 from __future__ import annotations
 
@@ -78,17 +69,17 @@ def _refused(err: Exception) -> ApplicationError:
 class LeaseLockWorkflow:
     @workflow.init
     def __init__(self, config: Any, state: Any = None) -> None:
-        # Parsed in code, not by the data converter: a bad start input from the CLI must fail this
-        # run with a clear message, not wedge its first workflow task.
+        # Parsed in code, not by the data converter: a bad start input must fail this run clearly,
+        # not wedge its first workflow task.
         self.config, self.s, self._config_error = parse_start(
             config, state, parse_config, lambda: LeaseLockConfig(resource="?"), LeaseLockState, InvalidLeaseMessage)
-        # acquire calls now waiting in this run, per holder (a waiter with none is on its grace time)
+        # acquire calls waiting in this run, per holder (a waiter with none is on its grace time)
         self._polls: dict[str, int] = {}
-        self._draining = False  # continue-as-new is due: waiting calls answer `waiting` and return
+        self._draining = False  # continue-as-new is due: waiting calls answer `waiting`
         self._armed: Optional[datetime] = None  # the deadline the run loop's timer is set for
         self._rearm = False
 
-    # --- run loop: only timers (lease expiry, dead waiters) and continue-as-new ---------------------
+    # --- run loop: only timers (lease expiry, dead waiters) and continue-as-new -----------------
 
     @workflow.run
     async def run(self, config: Any, state: Any = None) -> None:
@@ -116,8 +107,8 @@ class LeaseLockWorkflow:
                     workflow.logger.info("lock %s idle: closing", self.config.resource)
                     return
             if continue_as_new_due(self.config.max_history_events):
-                # Waiting acquire calls answer `waiting` (their place is carried in the state) and
-                # the client asks the next run; every handler has returned before we hand over.
+                # Waiting calls answer `waiting` (their place is carried) and ask the next run;
+                # every handler has returned before we hand over.
                 self._draining = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._tick()
@@ -139,7 +130,7 @@ class LeaseLockWorkflow:
 
     def _next_deadline(self) -> Optional[datetime]:
         """The earliest moment something changes by itself: the lease ends, an idle waiter is
-        dropped, or (if configured) the idle lock closes."""
+        dropped, or the idle lock closes."""
         moments = []
         if self.config.close_after_idle_seconds and self.s.idle_since and self.s.holder is None and not self.s.waiters:
             moments.append(_at(self.s.idle_since) + timedelta(seconds=self.config.close_after_idle_seconds))
@@ -231,16 +222,13 @@ class LeaseLockWorkflow:
 
     @workflow.update(name=UPDATE_ACQUIRE)
     async def acquire(self, *args: Any) -> LeaseGrant:
-        """An update, not a signal: the caller waits here, in the workflow, for its turn (FIFO).
-
-        Waits at most `wait_seconds`, then answers `waiting` with the caller's place; asking again
-        with the same holder keeps that place. A holder that asks while holding gets its grant again.
-        """
+        """An update, not a signal: the caller waits here for its turn (FIFO) up to `wait_seconds`,
+        then gets `waiting` and its place, kept by asking again."""
         try:
             return await self._acquire(parse_acquire(args))
         except InvalidLeaseMessage as err:  # the validator refused it already; kept for safety
             return LeaseGrant(status=LEASE_REJECTED, resource=self.config.resource, reason=str(err))
-        except Exception as err:  # noqa: BLE001 - an exception out of a handler would wedge the lock
+        except Exception as err:  # noqa: BLE001 - raised out of a handler, it would wedge the lock
             return self._failed(UPDATE_ACQUIRE, args, err)
 
     def _failed(self, handler: str, args: Any, err: Exception) -> LeaseGrant:
@@ -276,8 +264,8 @@ class LeaseLockWorkflow:
         return self._answer(LEASE_RELEASED, holder, reason="your place in the queue was given up (release)")
 
     def _enqueue(self, request: AcquireRequest) -> None:
-        # A fence has seen tokens up to `min_token` (from an earlier history of this lock, say):
-        # every grant from now on is above it, so the fence admits it. Tokens still only grow.
+        # A fence has seen tokens up to `min_token` (an earlier history of this lock, say): grant
+        # above it.
         if request.min_token >= self.s.next_token:
             workflow.logger.info("lock %s: tokens continue above %d, the highest its fence has seen",
                                  self.config.resource, request.min_token)
@@ -312,9 +300,8 @@ class LeaseLockWorkflow:
     # --- renew ----------------------------------------------------------------------------------
 
     def _renew(self, ref: LeaseRef) -> LeaseGrant:
-        # Not `_tick()` first: a renewal that reaches us late (this workflow's task was delayed,
-        # e.g. its worker died) still counts while nobody else has been granted the lease. Messages
-        # run before timers in an activation, and a grant to another holder happens only in a tick.
+        # Not `_tick()` first: a late renewal (a delayed workflow task) still counts while nobody
+        # else was granted; messages run before timers, and grants to others happen only in a tick.
         h = self.s.holder
         if h is None or h.holder != ref.holder or h.token != ref.token:
             self._tick()
@@ -336,13 +323,12 @@ class LeaseLockWorkflow:
     # --- renew and release: an update and a signal each, all guarded the same way ----------------
 
     def _as_update(self, name: str, args: Any, act: Callable[[LeaseRef], LeaseGrant]) -> LeaseGrant:
-        """An update's answer: a bad message is a `rejected` grant, never an exception (which would
-        wedge the lock)."""
+        """An update's answer: a bad message is a `rejected` grant, never an exception."""
         try:
             return act(parse_lease_ref(args, name))
         except InvalidLeaseMessage as err:
             return LeaseGrant(status=LEASE_REJECTED, resource=self.config.resource, reason=str(err))
-        except Exception as err:  # noqa: BLE001 - an exception out of a handler would wedge the lock
+        except Exception as err:  # noqa: BLE001 - raised out of a handler, it would wedge the lock
             return self._failed(name, args, err)
 
     def _as_signal(self, name: str, args: Any, act: Callable[[LeaseRef], LeaseGrant]) -> Optional[LeaseGrant]:
@@ -351,7 +337,7 @@ class LeaseLockWorkflow:
             return act(parse_lease_ref(args, name))
         except InvalidLeaseMessage as err:
             self._reject(name, args, str(err))
-        except Exception as err:  # noqa: BLE001 - nothing escapes a signal handler (it would wedge us)
+        except Exception as err:  # noqa: BLE001 - nothing escapes a signal handler
             self._reject(name, args, f"{type(err).__name__}: {err}")
         return None
 
@@ -364,7 +350,7 @@ class LeaseLockWorkflow:
 
     @workflow.update(name=UPDATE_RENEW)
     def renew(self, *args: Any) -> LeaseGrant:
-        """Push the lease's end to `lease_seconds` from now; `lost` if this token no longer holds it."""
+        """Extend the lease `lease_seconds` from now; `lost` when this token no longer holds it."""
         return self._as_update(UPDATE_RENEW, args, self._renew)
 
     @renew.validator
@@ -401,7 +387,7 @@ class LeaseLockWorkflow:
 
     @workflow.update(name=UPDATE_RELEASE)
     def release(self, *args: Any) -> LeaseGrant:
-        """Give the lease (token > 0) or a place in the queue (token 0) back; the next waiter gets it."""
+        """Give the lease (token > 0) or a queue place (token 0) back; the next waiter gets it."""
         return self._as_update(UPDATE_RELEASE, args, self._release)
 
     @release.validator

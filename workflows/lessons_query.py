@@ -1,4 +1,4 @@
-"""`LessonsQueryWorkflow`: lets the CLI ask a worker's in-memory lessons index (queries or stats)."""
+"""`LessonsQueryWorkflow`: lets the CLI ask a worker's in-memory lessons index (queries, stats)."""
 
 from datetime import timedelta
 from typing import Optional
@@ -21,8 +21,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-# Worker Versioning: AUTO_UPGRADE. One short activity and no state: any current version may serve it
-# (a query is for the current workers' index), and nothing about it pins an old version.
+# Worker Versioning: AUTO_UPGRADE. One short activity and no state: any current version may serve
+# it.
 @workflow.defn(name=LESSONS_QUERY_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class LessonsQueryWorkflow:
     @workflow.run

@@ -1,12 +1,7 @@
-"""What every long-lived workflow that takes input from anyone shares: the git batcher, the merge
-queue, the Claude batcher and the lease lock.
-
-Anyone with the `temporal` CLI can send them anything, so their start input and every message are
-parsed in code and nothing escapes a handler (it would wedge the workflow); a refused message leaves
-a bounded preview; an item's id is remembered, so a repeat is ignored; what is held until done is
-bounded in bytes, so what continue-as-new carries stays far under the payload limit; and each run
-continues as new at the server's suggestion, carrying its state as data.
-"""
+"""What every long-lived workflow that takes input from anyone shares (git batcher, merge queue,
+Claude batcher, lease lock): start input and messages parsed in code, nothing escaping a handler,
+refusals kept as bounded previews, repeats ignored by id, held bytes bounded so continue-as-new
+stays small, and continue-as-new at the server's suggestion."""
 
 from __future__ import annotations
 
@@ -24,7 +19,7 @@ R = TypeVar("R")
 
 
 def parse_state(raw: Any, kind: type[T]) -> T:
-    """The state a previous run carried (None: a fresh one); TypeError/ValueError when it is not one."""
+    """The state a previous run carried (None: a fresh one); TypeError/ValueError if not one."""
     if raw is None:
         return kind()
     if isinstance(raw, kind):
@@ -37,7 +32,7 @@ def parse_state(raw: Any, kind: type[T]) -> T:
 def parse_start(raw_config: Any, raw_state: Any, parse_config: Callable[[Any], T], blank: Callable[[], T],
                 state_kind: type[R], invalid: type[Exception]) -> tuple[T, R, str]:
     """The run's config and carried state, and why they cannot be used ("" when they can): a bad
-    start input fails the run with that reason (a data converter error would fail every task)."""
+    start input fails the run with that reason (a converter error would fail every task)."""
     error = ""
     try:
         config = parse_config(raw_config)
@@ -76,11 +71,8 @@ class HasRecentIds(Protocol):
 
 
 class Inbox:
-    """The ids accepted lately (a repeat is ignored) and the bytes of what is held until done.
-
-    `state.recent_ids` travels across continue-as-new; past twice `keep_ids` the oldest half is
-    forgotten. Held items are counted by id; an item that would take the total past `max_bytes` is
-    refused (never dropped once accepted)."""
+    """Ids accepted lately (repeats ignored; past twice `keep_ids` the oldest half goes) and bytes
+    held until done (an item past `max_bytes` is refused, never dropped once accepted)."""
 
     def __init__(self, state: HasRecentIds, keep_ids: int, max_bytes: int, what: str) -> None:
         self._state = state
@@ -116,7 +108,7 @@ class Inbox:
             self.held -= self._sizes.pop(item_id, 0)
 
     def room_problem(self, item_id: str, item: Any) -> str | None:
-        """Why one more item cannot be held now (what is held is full), or None; a repeat is free."""
+        """Why one more item cannot be held now (held items are full), or None; repeats are free."""
         if item_id and item_id in self._seen:
             return None
         if self.held + json_size(item) > self._max_bytes:
@@ -137,8 +129,8 @@ class Inbox:
 
 def refuse(kept: list[R], keep: int, handler: str, args: tuple[Any, ...], reason: str,
            make: Callable[[str, Any, str, str], R], chars: int = 500) -> list[R]:
-    """`kept` with a bounded preview of the refused message (never the raw payload) added, built by
-    `make(handler, preview, reason, at)`, the newest `keep` kept."""
+    """`kept` with a bounded preview of the refused message added (built by `make(handler, preview,
+    reason, at)`), the newest `keep` kept."""
     reason = clip(reason, chars)
     workflow.logger.warning("%s refused: %s", handler, reason)
     try:

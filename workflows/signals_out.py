@@ -1,13 +1,6 @@
-"""Signals a workflow sends to another workflow from its main coroutine, without losing a cancel.
-
-The SDK lets a signal in flight decide what a cancel of the sending workflow means: a signal not
-yet sent is cancelled (it fails with a `CancelledError` failure), one already sent completes, and
-either way the cancel is spent. A workflow that caught the signal's failure (a stage report, a
-flush request: both best effort) would then go on as if nobody had cancelled it, waiting for
-landings or verdicts until they came. `send_signal` settles the signal, then, if the workflow was
-cancelled meanwhile, raises `asyncio.CancelledError` where the signal was awaited, as any other
-await would have.
-"""
+"""Signals a workflow sends from its main coroutine without losing a cancel: the SDK spends a cancel
+on a signal in flight, so a workflow that caught the signal's failure (best-effort reports) would
+go on as if never cancelled: `send_signal` settles the signal, then raises the cancel."""
 
 from __future__ import annotations
 
@@ -20,8 +13,8 @@ from taskfleet.workflows import compat
 
 
 async def send_signal(workflow_id: str, signal: str, arg: Any = None) -> None:
-    """Signal `workflow_id`; a cancel of this workflow that arrived meanwhile is raised here.
-    Failures of the signal itself are the caller's to handle, as with a plain signal."""
+    """Signal `workflow_id`; a cancel of this workflow that arrived meanwhile is raised here, the
+    signal's own failures are the caller's."""
     cancelled_before = workflow.cancellation_reason() is not None
     handle = workflow.get_external_workflow_handle(workflow_id)
     try:

@@ -147,7 +147,7 @@ class Checkout:
         return cls(root, git_dir, common, branch)
 
     def branch_commit(self) -> str | None:
-        """The branch's commit from its loose ref file (where `git commit` just wrote it), else git."""
+        """The branch's commit from its loose ref (where `git commit` just wrote it), else git."""
         try:
             return (self.common_dir / "refs" / "heads" / self.branch).read_text().strip() or None
         except OSError:

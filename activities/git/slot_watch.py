@@ -53,7 +53,7 @@ def enabled() -> bool:
 
 
 class WatchFailed(Exception):
-    """The slot cannot be watched (no inotify, the watch limit): its changes are found by scanning."""
+    """The slot cannot be watched (no inotify, the watch limit): its changes are found by a scan."""
 
 
 class SlotWatch:

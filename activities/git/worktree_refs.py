@@ -18,7 +18,7 @@ class RefWriteRefused(Exception):
 
 
 def admin_dir(worktree: Path) -> Path:
-    """The worktree's private folder in the clone (`.git/worktrees/<name>`), from its `.git` file."""
+    """The worktree's private folder in the clone (`.git/worktrees/<name>`), from its `.git`."""
     link = worktree / ".git"
     if link.is_dir():
         raise RefWriteRefused(f"{link} is a clone's folder, not a worktree link")

@@ -34,7 +34,7 @@ RUN_TRAILER = "Taskfleet-Run"
 
 
 class BranchCheckedOut(Exception):
-    """The task's branch is checked out in the clone or a person's worktree; the message says where."""
+    """The task's branch is checked out in the clone or a person's worktree (named)."""
 
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:

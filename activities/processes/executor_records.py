@@ -290,7 +290,7 @@ class ExecutorRecords:
         return killed
 
     async def reap_now_and_then(self, every: float = 10.0) -> None:
-        """`reap_dead` at most every `every` seconds, on a thread (a kill may wait): cheap per task."""
+        """`reap_dead` at most every `every` seconds, on a thread: cheap enough per task."""
         if time.monotonic() - self._last_reap >= every:
             self._last_reap = time.monotonic()  # one reap at a time, even while this one runs
             await asyncio.to_thread(self.reap_dead)

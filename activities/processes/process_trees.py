@@ -70,7 +70,7 @@ def _group(why: str) -> ProcessTrees:
 
 
 def _probe(prefix: tuple[str, ...]) -> str:
-    """"" when a command run under `prefix` is its init's child in its own namespace; else why not."""
+    """"" when a command under `prefix` is its init's child in its own namespace; else why not."""
     try:
         ran = subprocess.run([*prefix, "sh", "-c", 'test "$$" = 2'], capture_output=True, text=True, timeout=20,
                              stdin=subprocess.DEVNULL)

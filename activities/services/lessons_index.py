@@ -89,7 +89,7 @@ class LessonsIndex(LessonPostings, LessonRanking):
             gc.freeze()  # the index lives as long as the worker: out of every later GC pass
 
     def _read_new_lines(self) -> list[tuple[float, Lesson]]:
-        """Complete lines appended since `_offset`; a later line of a known id replaces the earlier."""
+        """Complete lines since `_offset`; a later line of a known id replaces the earlier."""
         if self.path is None or not self.path.exists():
             return []
         with open(self.path, "rb") as handle:

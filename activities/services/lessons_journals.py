@@ -132,7 +132,7 @@ class JournaledLessonsIndex(LessonsIndex):
             return len(new)
 
     def query(self, q: LessonQuery) -> list[LessonMatch]:
-        """Every lookup sees other pods' lessons within `refresh_interval` (plus the share's delay)."""
+        """Lookups see other pods' lessons within `refresh_interval` (plus the share's lag)."""
         if time.monotonic() >= self._next_refresh:
             self.refresh()
         return super().query(q)

@@ -23,15 +23,15 @@ async def client_for(args: argparse.Namespace) -> Client:
 
 
 def examples(*commands: str) -> dict[str, Any]:
-    """`add_parser` keywords giving a command's `--help` a few real invocations to copy
-    (tests/test_cli_help.py parses every one of them with the real parser)."""
+    """`add_parser` keywords giving a command's `--help` a few real invocations to copy (each one
+    parsed by tests/test_cli_help.py)."""
     text = "examples:\n" + "\n".join(f"  {command}" for command in commands)
     return {"epilog": text, "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def add_connection_flags(parser: argparse.ArgumentParser, after_command: bool) -> None:
-    """`--address`, `--namespace`, `--task-queue`: given before the command (where the defaults are
-    set) or after it (where a flag left out must not overwrite what was given before)."""
+    """`--address`, `--namespace`, `--task-queue`, before the command (setting the defaults) or
+    after it (where a flag left out must not overwrite the one given before)."""
 
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if after_command else value
@@ -52,8 +52,8 @@ def add_clone_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_batch_flags(parser: argparse.ArgumentParser, max_batch: int, max_wait: float, what: str,
                     old_names: tuple[str, str] | None = None) -> None:
-    """The two settings every batching workflow has, under one name each (`git` and `queue` alike);
-    they only matter to the call that starts the workflow. `old_names` stay accepted, unlisted."""
+    """The two settings every batching workflow has, one name each (`git` and `queue` alike), used
+    only by the call that starts it; `old_names` stay accepted, unlisted."""
     parser.add_argument("--max-batch", type=int, default=max_batch,
                         help=f"at most this many {what} per batch, if this starts it (default {max_batch})")
     parser.add_argument("--max-wait-seconds", type=float, default=max_wait,

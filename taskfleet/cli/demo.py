@@ -1,10 +1,7 @@
-"""`taskfleet demo` (`make demo`): the main job on the embedded dev server.
-
-Makes a sample repository and bare remote under `.taskfleet/demo/`, runs the example board (nine
-tasks, each a real change checked by a real test) with `max_parallel` 9 on an in-process worker,
-and prints speed-up, pushes and the Web UI URL. In a terminal it then keeps the server up until
-Ctrl-C so the run can be browsed; otherwise it exits, leaving no process behind.
-"""
+"""`taskfleet demo` (`make demo`): the main job on the embedded dev server. Runs the example board
+(nine real changes, each checked by a real test) on a sample repository and bare remote under
+`.taskfleet/demo/`, prints speed-up, pushes and the Web UI URL, and in a terminal keeps the
+server up until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -36,8 +33,7 @@ from taskfleet.devserver.session import dev_server_session
 from taskfleet.sample_remote import make_sample_remote
 from taskfleet.cli.common import examples
 
-# The example boards and the demo's seed repository ship as package data (`examples/` in a
-# checkout, `taskfleet/examples/` when installed).
+# The example boards and the demo's seed repository ship as package data.
 EXAMPLES = Path(str(importlib.resources.files("taskfleet.examples")))
 DEMO_TASK_QUEUE = "taskfleet-demo"
 
@@ -66,7 +62,7 @@ def _shown(path: str) -> str:
 
 
 def _script(name: str) -> str:
-    """A console script of this environment (`.venv/bin/<name>`), which works without activating it."""
+    """A console script of this environment (`.venv/bin/<name>`): works without activating it."""
     path = Path(sysconfig.get_path("scripts")) / name
     return _shown(str(path)) if path.exists() else name
 
@@ -76,8 +72,8 @@ def _demo_batcher_id(clone: Path) -> str:
 
 
 async def _end_idle_batcher(client: Client, clone: Path) -> None:
-    """The demo's batcher would otherwise stay Running under "No workers polling" once the demo exits:
-    with nothing queued or failed, end it, saying why (its history and stats stay browsable)."""
+    """End the demo's batcher when nothing is queued or failed, saying why, rather than leave it
+    Running under "No workers polling" (its history and stats stay browsable)."""
     batcher = GitBatcherClient(client, GitBatchConfig(repo=str(clone)), DEMO_TASK_QUEUE)
     batcher.workflow_id = _demo_batcher_id(clone)
     try:
@@ -104,7 +100,7 @@ async def demo(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    config = load_connect_config(args.address, args.namespace)  # TEMPORAL_ADDRESS or a profile, as every command
+    config = load_connect_config(args.address, args.namespace)  # TEMPORAL_ADDRESS or a profile
     state_dir = Path(args.state_dir).resolve()
     try:
         board = load_board(args.board)
@@ -113,7 +109,7 @@ async def _demo(args: argparse.Namespace) -> int:
         return 2
     clone = prepare_demo_repo(state_dir / "demo")
     # Imported here: the plugin brings the activities and the `anthropic` SDK (over a second of
-    # imports), which every other command (`--help`, `run`, `status`) does without.
+    # imports), which every other command does without.
     from taskfleet.plugin import TaskfleetPlugin
 
     async with dev_server_session(config, state_dir) as session:

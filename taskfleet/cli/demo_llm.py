@@ -1,10 +1,7 @@
-"""`taskfleet demo --llm`: which Claude the demo talks to, said plainly.
-
-With `ANTHROPIC_API_KEY` set, the real API (and real cost: three implementer requests in one Message
-Batch, three judge requests in another, and whatever rounds the judge asks for). Without it, the
-bundled offline stand-in on 127.0.0.1 answers with the canned edits and reviews of
-`examples/llm-board.answers.toml`, through the same SDK calls; no model is involved.
-"""
+"""`taskfleet demo --llm`: which Claude the demo talks to, said plainly. With `ANTHROPIC_API_KEY`
+set, the real API (and real cost); without it, the bundled offline stand-in on 127.0.0.1 answers
+with the canned edits and reviews of `examples/llm-board.answers.toml` through the same SDK
+calls."""
 
 from __future__ import annotations
 
@@ -42,7 +39,7 @@ def canned_standin(path: Path) -> StandIn:
 
 @contextmanager
 def llm_backend(answers: Path) -> Iterator[str]:
-    """Yields the line to print; sets this process's environment for the stand-in when it is used."""
+    """Yields the line to print; sets this process's environment for the stand-in when used."""
     if os.environ.get("ANTHROPIC_API_KEY"):
         where = os.environ.get("ANTHROPIC_BASE_URL") or "the Anthropic API"
         yield f"Claude: ANTHROPIC_API_KEY is set, so the demo calls {where} (this costs money)."

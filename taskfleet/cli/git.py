@@ -21,7 +21,7 @@ from taskfleet.core.models.git_batch import BatchResult, GitBatchConfig, GitBatc
 
 
 def _batcher(args: argparse.Namespace, client: Client) -> GitBatcherClient:
-    config = GitBatchConfig(  # the batch settings matter only to a call that starts the batcher
+    config = GitBatchConfig(  # settings matter only to a call that starts the batcher
         repo=os.path.abspath(args.repo),
         remote=args.remote,
         max_batch_size=getattr(args, "max_batch", 10),
@@ -106,7 +106,7 @@ def _wrapped(label: str, text: str, width: int = 100) -> list[str]:
 
 
 def format_batch_result(result: BatchResult) -> str:
-    """Outcomes one line per op; a failed batch's error once, wrapped, instead of repeated per op."""
+    """Outcomes one line per op; a failed batch's error once, wrapped, not repeated per op."""
     lines = [f"{', '.join(result.batch_ids) or 'nothing to flush'}: {result.status}"]
     for outcome in result.outcomes:
         reason = outcome.reason

@@ -1,10 +1,7 @@
 """`taskfleet plan "GOAL" --repo PATH`: Claude writes a board for a goal; `--run` starts it at once.
-
-The plan is a `PlannerWorkflow` on a worker of the task queue, which calls Claude with its own
-`ANTHROPIC_API_KEY` (this command's environment does not matter). With `--offline` it runs instead on a
-worker inside this command, talking to the bundled offline stand-in (canned answers, no model), on
-the server at `--address` or the embedded dev server.
-"""
+The plan is a `PlannerWorkflow` on a worker of the task queue, with that worker's
+`ANTHROPIC_API_KEY`; `--offline` runs it on a worker inside this command against the bundled
+offline stand-in (canned answers, no model)."""
 
 from __future__ import annotations
 
@@ -113,7 +110,7 @@ async def _plan_and_run(args: argparse.Namespace, request: PlanInput, planning: 
     try:
         result = await handle.result()
     except WorkflowFailureError as err:
-        # The cause's own message: its str() repeats its type, which the message already names.
+        # The cause's own message: its str() repeats its type.
         reason = getattr(err.cause, "message", None) or str(err.cause or err)
         print(f"taskfleet: {handle.id}: {reason}", file=sys.stderr)
         return 1

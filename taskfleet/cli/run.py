@@ -82,7 +82,7 @@ def summary_table(result: OrchestratorResult, reason_width: int = 60) -> str:
 
 
 def queue_line(s: OrchestratorStats) -> list[str]:
-    """The merge queue's figures for this run's entries (land = "queue"), as one line; none otherwise."""
+    """The merge queue's figures for this run's entries (land = "queue") as one line, or ""."""
     if not (s.queue_landed or s.queue_rejected or s.queue_conflicts):
         return []
     return [
@@ -104,7 +104,7 @@ def judge_line(s: OrchestratorStats) -> str:
 
 
 def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
-    """The progress a finished run would answer, from its result: no query, so no worker needed."""
+    """The progress a finished run would answer, from its result: no query, no worker needed."""
     counts = {name: 0 for name in ("pending", "running", "succeeded", "failed", "cancelled", "landed")}
     if result.counts:  # a paged run counts every task, listed or not
         counts.update(result.counts)
@@ -168,14 +168,14 @@ def _how_to_follow(args: argparse.Namespace, workflow_id: str) -> str:
 
 async def _notice_without_worker(client: Client, handle: WorkflowHandle, task_queue: str, flags: str = "",
                                  notice_after: float = 3.0) -> None:
-    """Say (once, on stderr) when no worker takes the run's workflow tasks, and again when one does."""
+    """Say (once, on stderr) when no worker takes the run's workflow tasks, and when one does."""
     deadline = time.monotonic() + notice_after
     said = False
     while True:
         try:
             state = await run_worker_state(client, handle, task_queue, notice_after)
         except RPCError:
-            return  # no permission to describe task queues or the run: stay quiet rather than guess
+            return  # no permission to describe: stay quiet rather than guess
         if state == WORKING:
             if said:
                 print(f"taskfleet: a worker polls {task_queue} now", file=sys.stderr, flush=True)
@@ -187,13 +187,14 @@ async def _notice_without_worker(client: Client, handle: WorkflowHandle, task_qu
                 file=sys.stderr, flush=True,
             )
             said = True
-        await asyncio.sleep(1.0)  # polling the server at a person's pace, not test synchronization
+        await asyncio.sleep(1.0)  # at a person's pace, not test synchronization
 
 
 async def watch(
     handle: WorkflowHandle, total: int, show: bool, stop: asyncio.Event | None = None
 ) -> OrchestratorResult | None:
-    """Wait for the result, drawing a progress line meanwhile (when `show`). None if `stop` is set."""
+    """Wait for the result, drawing a progress line meanwhile (with `show`); None once `stop` is
+    set."""
     result_task = asyncio.ensure_future(handle.result())
     stop_task = asyncio.ensure_future((stop or asyncio.Event()).wait())
     try:
@@ -213,7 +214,7 @@ async def watch(
             print(file=sys.stderr)
         return None
     result = result_task.result()
-    if show:  # the last line drawn may predate the end: redraw it from the result
+    if show:  # the last line drawn may predate the end: redraw from the result
         print(f"\r{progress_line(progress_of_result(result), total)}", file=sys.stderr, flush=True)
     return result
 
@@ -265,7 +266,7 @@ async def run_board(args: argparse.Namespace) -> int:
         loop.remove_signal_handler(signal.SIGINT)
         pollers.cancel()
     if failed is not None:
-        # The cause's own message: its str() repeats its type, which the message already names.
+        # The cause's own message: its str() repeats its type.
         reason = getattr(failed.cause, "message", None) or str(failed.cause or failed)
         print(f"taskfleet: {handle.id} did not complete: {reason}", file=sys.stderr)
         await _show_closed(args, handle)
@@ -287,7 +288,7 @@ async def run_board(args: argparse.Namespace) -> int:
 
 
 async def _show_closed(args: argparse.Namespace, handle: WorkflowHandle) -> None:
-    """After a run closed without a result (cancelled, say): what ran and landed, as `status` shows it."""
+    """After a run closed without a result (cancelled, say): what ran and landed, as `status`."""
     p = await _closed_progress(handle, getattr(args, "query_timeout", 5.0))
     description = await handle.describe()
     state = description.status.name if description.status else "UNKNOWN"
@@ -334,8 +335,7 @@ async def status(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
     else:
-        # Cancelled, failed, terminated: no result, but a worker answers the query from the
-        # history, so what ran and what landed is still shown.
+        # Cancelled, failed, terminated: no result, but a worker answers the query from the history.
         p = await _closed_progress(handle, args.query_timeout)
         if p is None:
             print(f"{args.workflow_id}: {state} (closed at {description.close_time}); no result to show"
@@ -345,7 +345,7 @@ async def status(args: argparse.Namespace) -> int:
                 _print_json(_unanswered(state))
             return 1
     if args.json:
-        try:  # every task's outcome, streamed from the run store (a big run's are only there)
+        try:  # every task's outcome, streamed from the run store
             write_status_json(sys.stdout, state, p, result)
             sys.stdout.flush()
         except RunStoreError as err:
@@ -369,8 +369,8 @@ def _unanswered(state: str) -> dict[str, Any]:
 
 
 def _status_exit(status: WorkflowExecutionStatus | None, p: OrchestratorProgress) -> int:
-    """As `run` exits: 0 while no task failed or was cancelled (a run still going, or one that
-    completed), 1 once one did or when the run closed without a result; 2 is for not being able to ask."""
+    """As `run` exits: 0 while no task failed or was cancelled, 1 once one did or when the run
+    closed without a result; 2 is for not being able to ask."""
     if status not in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.RUNNING):
         return 1
     return 1 if p.counts.get("failed", 0) or p.counts.get("cancelled", 0) else 0

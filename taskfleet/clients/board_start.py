@@ -1,16 +1,7 @@
-"""A board file read once, along one path, into a started run: parse -> check -> store -> start.
-
-Each stage is a function of its own module, called once, in order, and hands the next a dataclass:
-
-    parse   taskfleet.core.boards.parse_board_file         -> ParsedBoard   the board-wide part; rows as a stream
-    check   taskfleet.core.boards.check_board              -> CheckedBoard  the CLI's overrides; the board's rules
-    store   taskfleet.clients.board_store.store_checked_board -> StoredBoard  the clone checked; rows stored a page at a time
-    start   taskfleet.clients.orchestrator.start_board     -> WorkflowHandle  the orchestrator, with the reference
-
-A problem with the board as a whole is a BoardError before anything starts; a problem in one row is
-stored with the row and fails that task alone, naming its line. With `check_clone=False` (the clone
-is on the worker's machine only) the board is checked whole instead and goes inline.
-"""
+"""A board file read once, along one path, into a started run: parse (`boards.parse_board_file`) ->
+check (`boards.check_board`) -> store (`board_store.store_checked_board`) -> start
+(`orchestrator.start_board`), each handing the next a dataclass. A board-wide problem is a
+BoardError before anything starts; a bad row fails that task alone, naming its line."""
 
 from __future__ import annotations
 
@@ -31,12 +22,13 @@ from taskfleet.core.names import DEFAULT_TASK_QUEUE
 
 @dataclass
 class BoardRun:
-    """What `taskfleet run` asks for: a board file, the clone, the server, and the CLI's board-wide settings."""
+    """What `taskfleet run` asks for: board file, clone, server, the CLI's board-wide settings."""
 
     path: str
     repo: str
     remote: str = "origin"
-    # --run, --verify, --base, --land, --max-parallel, ...: applied over the file's keys at the check stage.
+    # --run, --verify, --base, --land, --max-parallel, ...: applied over the file's keys when
+    # checked.
     overrides: dict[str, Any] = field(default_factory=dict)
     check_clone: bool = True  # False: the clone is on the worker's machine only (--no-check)
     address: str | None = None
@@ -56,17 +48,15 @@ class StartedBoard:
 
 
 async def start_board_file(run: BoardRun, say: Callable[[str], None]) -> StartedBoard:
-    """Parse, check, store and start `run.path`; `say` gets each notice for a person as it comes.
-
-    BoardError: the board is refused and nothing started; StartupError: the clone or the server;
-    WorkflowAlreadyStartedError: `run.workflow_id` is still running."""
+    """Parse, check, store and start `run.path`; `say` gets each notice for a person. Raises
+    BoardError (nothing started), StartupError, or WorkflowAlreadyStartedError."""
     parsed = parse_board_file(run.path, whole=not run.check_clone)
     checked = check_board(parsed, **run.overrides)
-    # Stored in the clone a line at a time: the CLI never holds the board, the workflow starts with
-    # its reference and loads it a page at a time.
+    # Stored a line at a time: the CLI never holds the board; the workflow starts with its
+    # reference.
     board = store_checked_board(checked, run.repo, run.remote if run.check_clone else None)
     if checked.own_verification:
-        # The cell is the more specific setting, so it wins; say so rather than ignore --verify silently.
+        # The cell is more specific, so it wins; say so rather than ignore --verify silently.
         say(f"--verify applies to the other tasks; {', '.join(checked.own_verification)} keep the command in their "
             "Verification cell")
     client = await connect(load_connect_config(run.address, run.namespace))

@@ -1,9 +1,5 @@
-"""Client side of boards by reference: store a board in the clone, get what a run starts with.
-
-`taskfleet run` stores the board file a page at a time as its rows are read (the CLI never holds it
-whole), then starts the orchestrator with the reference and the board-wide settings, so the
-workflow's input is the same few hundred bytes for 10 tasks or 100,000.
-"""
+"""Client side of boards by reference: store a board in the clone a page at a time as it is read, so
+the orchestrator's input is the same few hundred bytes for 10 tasks or 100,000."""
 
 from __future__ import annotations
 
@@ -32,8 +28,8 @@ class StoredBoard:
 
     reference: BoardReference
     settings: Board
-    # The board's first rows as a worker would load them, handed to the run in its input so that
-    # a small board starts without a page-load round trip (None: the run loads every page).
+    # The first rows, in the run's input so a small board starts without a page-load round trip
+    # (None: the run loads every page).
     first_page: BoardPage | None = None
 
 
@@ -48,14 +44,8 @@ class CloneUnreachable(BoardError):
 
 def store_checked_board(checked: CheckedBoard, repo: str,
                         remote: str | None = None) -> StoredBoard | Board:
-    """Stage 3 of reading a board (parse -> check -> store -> start), the one way a client stores
-    a board: its rows written to the clone `repo` a page at a time as they are read; its
-    reference and first page. Bad tasks are stored as such (each fails alone); BoardError when
-    the board-wide part is wrong or the file cannot be read.
-
-    With `remote`, the clone is checked first (`taskfleet run`: a git repository with that remote
-    and the base branch; a board that names no base gets the remote's default branch, asked here).
-    A board checked whole is not stored: it goes inline, and the run stores it from its input."""
+    """Stage 3 of reading a board: rows written to `repo` a page at a time; the reference and first
+    page. With `remote` the clone is checked first; a board checked whole goes inline."""
     if checked.board is not None:
         return checked.board
     settings = checked.settings
@@ -79,14 +69,14 @@ def store_checked_board(checked: CheckedBoard, repo: str,
 
 
 def store_board_file(path: str | Path, repo: str, **overrides: Any) -> StoredBoard:
-    """Store a `.toml` or markdown board file in `repo` (read a line at a time), with the CLI's
-    board-wide `overrides`: the parse, check and store stages without the clone's own checks."""
+    """Store a `.toml` or markdown board file in `repo` with the CLI's `overrides`: parse, check and
+    store without the clone's own checks."""
     return _stored(check_board(parse_board_file(path), **overrides), repo)
 
 
 def store_board(board: Board, repo: str) -> StoredBoard:
-    """Store a board built in code (or parsed already): every task field is kept as it is; its
-    board-wide settings, ids and branches are checked as a file's are."""
+    """Store a board built in code (or already parsed): task fields kept as they are; board-wide
+    settings, ids and branches checked as a file's are."""
     return _stored(check_board(scan_specs(board)), repo)
 
 

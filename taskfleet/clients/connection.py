@@ -1,4 +1,4 @@
-"""Connecting to Temporal with its standard environment configuration, failing with one clear line."""
+"""Connecting to Temporal with its standard environment configuration, failing in one clear line."""
 
 from __future__ import annotations
 

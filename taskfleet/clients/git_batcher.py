@@ -43,13 +43,13 @@ from taskfleet.core.names import (
 
 __all__ = ["GitBatcherClient", "git_batch_workflow_id", "op_payload"]
 
-# One `enqueue` signal carries at most this many ops, and this much JSON (the batcher takes 500).
+# One `enqueue` signal carries at most this many ops and this much JSON (the batcher takes 500).
 SIGNAL_MAX_OPS = 200
 SIGNAL_MAX_BYTES = 256 * 1024
 
 
 def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = DEFAULT_TASK_QUEUE) -> str:
-    """The batcher's workflow id for a clone (relative paths resolved here), remote and task queue."""
+    """The batcher's workflow id for a clone (a relative path resolved here), remote and queue."""
     return _pure_workflow_id(os.path.abspath(repo), remote, task_queue)
 
 
@@ -61,7 +61,6 @@ class GitBatcherClient:
         self.config = config
         self.task_queue = task_queue
         self.workflow_id = git_batch_workflow_id(config.repo, config.remote, task_queue)
-        # Ops enqueued while this client's previous signal is on its way go together in the next.
         self._sends: GroupedSends[dict[str, Any]] = GroupedSends(
             self._send_ops, max_items=SIGNAL_MAX_OPS, max_bytes=SIGNAL_MAX_BYTES,
             size=lambda op: len(json.dumps(op, default=str)),
@@ -72,10 +71,9 @@ class GitBatcherClient:
         return self.client.get_workflow_handle(self.workflow_id)
 
     async def enqueue(self, op: GitOp | dict[str, Any]) -> None:
-        """Signal-with-start: returns once the op is with the server; a bad op shows up under
-        `rejected` in `status`. Ops enqueued while this client's previous signal is on its way go
-        together in the next one (a list): a burst costs the batcher a few history events, not one
-        per op, so it can continue as new while the burst goes on."""
+        """Signal-with-start, returning once the op is with the server (bad ops show under
+        `rejected`); ops sent meanwhile share the next signal, so a burst costs a few history
+        events."""
         await self._sends.send(op_payload(op))
 
     async def _send_ops(self, ops: list[dict[str, Any]]) -> None:
@@ -89,7 +87,7 @@ class GitBatcherClient:
         await with_start_options(start, self.config, self.task_queue)
 
     async def submit(self, op: GitOp | dict[str, Any]) -> str:
-        """Update-with-start: returns the accepted op id, or raises with the reason it was refused."""
+        """Update-with-start: the accepted op id, or raises with the reason it was refused."""
 
         async def start(options: dict[str, Any]) -> str:
             operation = WithStartWorkflowOperation(GIT_BATCH_WORKFLOW, self.config, **options)
@@ -109,11 +107,8 @@ class GitBatcherClient:
         return await self._waiting_update(UPDATE_RETRY, batch_id)
 
     async def _waiting_update(self, name: str, *args: Any, timeout: float = 120.0) -> BatchResult:
-        """An update that waits on a batch, sent again while the batcher cannot take it yet: while it
-        hands its state to its next run it refuses these (type `ContinuingAsNew`) rather than leave
-        them unfinished, and after a failed workflow task (a worker that died or stalled mid-task)
-        the server refuses updates until a task completes (`WorkflowNotReadyFailure`). Every send
-        carries the same update id: one the server took in spite of the refusal is answered once."""
+        """An update waiting on a batch, resent under one update id while the batcher refuses it
+        (`ContinuingAsNew`, or `WorkflowNotReadyFailure` after a failed task)."""
         deadline = time.monotonic() + timeout
         update_id = str(uuid.uuid4())
         while True:

@@ -32,8 +32,8 @@ async def start_board(
     workflow_id: str | None = None,
     **options_for_input: Any,
 ) -> WorkflowHandle[Any, OrchestratorResult]:
-    """Start a board. Its tasks go by reference (stored in the clone first, when the clone is
-    reachable from here); otherwise inline, which the workflow takes up to 256 KB of JSON."""
+    """Start a board: by reference (stored in the clone first) when the clone is reachable from
+    here, else inline (up to 256 KB of JSON)."""
     repo = os.path.abspath(repo)
     if isinstance(board, Board) and is_repository(repo):
         board = await asyncio.to_thread(store_board, board, repo)
@@ -60,5 +60,5 @@ async def start_board(
 
 
 async def progress(handle: WorkflowHandle, rpc_timeout: timedelta | None = None) -> OrchestratorProgress:
-    """The running workflow's `progress` query (a worker answers it; bound the wait with `rpc_timeout`)."""
+    """The running workflow's `progress` query (a worker answers; `rpc_timeout` bounds the wait)."""
     return await handle.query(QUERY_PROGRESS, result_type=OrchestratorProgress, rpc_timeout=rpc_timeout)

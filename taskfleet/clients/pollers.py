@@ -1,4 +1,4 @@
-"""Is any worker polling a task queue? The server's task-queue description tells (no worker needed)."""
+"""Is any worker polling a task queue? The server's task-queue description tells."""
 
 from __future__ import annotations
 
@@ -15,13 +15,8 @@ WORKING, WAITING, MISSING = "working", "waiting", "missing"
 
 
 async def run_worker_state(client: Client, handle: WorkflowHandle, task_queue: str, after: float) -> str:
-    """Whether a worker is taking the run's workflow tasks: MISSING (nobody polls the queue, or
-    the run's workflow task has waited `after` seconds for one), WORKING (a worker took it), or
-    WAITING (too soon to tell).
-
-    The poller list alone is not enough: the server keeps listing a stopped worker for a few
-    minutes, so a run started just after its worker stopped would wait in silence.
-    """
+    """MISSING (nobody polls, or the workflow task has waited `after` seconds), WORKING, or WAITING;
+    the poller list alone still shows a stopped worker for minutes."""
     if not await workflow_pollers(client, task_queue):
         return MISSING
     raw = (await handle.describe()).raw_description

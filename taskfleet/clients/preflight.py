@@ -1,9 +1,6 @@
 """Checks `taskfleet run` and `taskfleet plan` make before they start anything: the clone, its base
-branch and remote.
-
-A wrong `--repo` found by the tasks seconds later fails every task and leaves a batcher running for
-a clone that does not exist; found here, it is one line and nothing starts.
-"""
+branch and remote. A wrong `--repo` found here is one line and nothing starts, instead of failed
+tasks and a batcher left running for a clone that does not exist."""
 
 from __future__ import annotations
 
@@ -21,9 +18,8 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def check_clone(repo: str, base: str, remote: str, queue_target: str | None = None) -> tuple[str, str]:
-    """The clone's absolute path and the base branch (a board that names none: the remote's default
-    branch), or a `StartupError` saying what is wrong with them. With `queue_target` (a board that
-    lands through the merge queue; "" for its base), that branch must be there too."""
+    """The clone's absolute path and base branch (none named: the remote's default), or a
+    `StartupError` saying what is wrong. With `queue_target`, that branch must be there too."""
     path = os.path.abspath(repo)
     if not os.path.isdir(path):
         raise StartupError(f"--repo {repo}: no such folder ({path})")
@@ -60,7 +56,7 @@ def _has_branch(path: str, remote: str, branch: str) -> bool:
 
 
 def default_base(repo: str, remote: str) -> str:
-    """The base of a board that names none: the remote's default branch (what `<remote>/HEAD` names)."""
+    """The base of a board that names none: the remote's default branch (`<remote>/HEAD`)."""
     name = default_branch(os.path.abspath(repo), remote)
     if not name:
         raise StartupError(

@@ -1,8 +1,5 @@
-"""Client side of the run store: stream every task's outcome of a run, without holding them all.
-
-`taskfleet status --json` and `taskfleet run --json` print a run's `tasks` from here: the workflow
-keeps only counters, failed ids up to a cap and the store's ref.
-"""
+"""Client side of the run store: stream every task outcome of a run without holding them all (the
+workflow keeps only counters, failed ids up to a cap and the store's ref)."""
 
 from __future__ import annotations
 
@@ -28,10 +25,8 @@ def iter_run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
 
 def write_json_with_tasks(out: TextIO, head: dict[str, Any], tasks: Iterator[dict[str, Any]], tail: dict[str, Any],
                           indent: int = 2) -> int:
-    """Print `{**head, "tasks": [...], **tail}` as indented JSON, one task at a time; tasks written.
-
-    The same text `json.dumps(..., indent=2)` prints for the whole object, without building it.
-    """
+    """Print `{**head, "tasks": [...], **tail}` as `json.dumps(..., indent=2)` would, one task at a
+    time, without building it; returns how many tasks were written."""
     pad = " " * indent
     out.write("{\n")
     for key, value in head.items():
@@ -54,7 +49,7 @@ def _nested(value: Any, depth: int) -> str:
 
 
 def run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
-    """Stored outcomes as `run --json` lists tasks (the TaskOutcome fields; the board row left out)."""
+    """Stored outcomes as `run --json` lists tasks (TaskOutcome fields, without the board row)."""
     for outcome in iter_outcomes(repo, ref):
         outcome.pop("row", None)
         yield outcome
@@ -74,9 +69,8 @@ def write_result_json(out: TextIO, result: OrchestratorResult, workflow_id: str 
 
 
 def _with_recent(stored: Iterator[dict[str, Any]], recent: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Every stored outcome, then the recently finished tasks (from `progress`, at most a few
-    dozen) that the workflow has not written to the store yet: a running run's fresh failure shows
-    at once, with its reason."""
+    """Every stored outcome, then the recently finished tasks not yet in the store (a few dozen,
+    from `progress`), so a running run's fresh failure shows at once."""
     unseen = {t["id"]: t for t in recent}
     for outcome in stored:
         unseen.pop(outcome.get("id"), None)
@@ -86,22 +80,21 @@ def _with_recent(stored: Iterator[dict[str, Any]], recent: list[dict[str, Any]])
 
 def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
                       result: OrchestratorResult | None = None, workflow_id: str = "") -> int:
-    """`status --json`: state and progress; `tasks` every outcome: a finished run's from its result
-    when that holds them all (board order), else from the run store (a running run: then the
-    tasks in flight); a run that predates the store from its result or progress."""
+    """`status --json`: state, progress and every outcome, from a finished run's result when it
+    holds them all, else from the run store (plus tasks in flight)."""
     data = asdict(progress)
     data.pop("tasks")
     head = {"status": state, "counts": data.pop("counts"), "running": data.pop("running"),
             **({"workflow_id": workflow_id} if workflow_id else {})}
     tail = {**data, **({"stats": asdict(result.stats)} if result is not None else {})}
     if result is not None and result.tasks and len(result.tasks) >= result.recorded:
-        # A finished run whose result holds every outcome: those, in board order (as `run --json`).
+        # A finished run whose result holds every outcome: those, in board order.
         tasks: Iterator[dict[str, Any]] = iter([asdict(t) for t in result.tasks])
-    elif not progress.run_ref:  # an inline run of an older version: a running one's tasks are in progress
+    elif not progress.run_ref:  # an older version's inline run: its tasks are in progress
         tasks = iter([asdict(t) for t in progress.tasks] if result is None else [])
     else:
         finished = run_outcomes(progress.repo, progress.run_ref)
-        if result is None:  # running: the store, then the finished tasks not yet written there, then those in flight
+        if result is None:  # running: the store, the finished not yet stored, the in flight
             finished = _with_recent(finished, [asdict(t) for t in progress.tasks if t.status not in ("pending", "running")])
         in_flight = (asdict(t) for t in progress.tasks if t.status in ("pending", "running")) if result is None else iter(())
         tasks = itertools.chain(finished, in_flight)

@@ -18,9 +18,8 @@ _checked: dict[tuple[str, str], str] = {}
 
 
 async def ensure_search_attributes(client: Client) -> str:
-    """Add `TaskfleetKind` and `TaskfleetRepo` if missing (idempotent). Returns "" when they exist,
-    else one line saying that workflows start without them and how an operator adds them.
-    A namespace that does not exist is a `StartupError` (one line for a person), not a notice."""
+    """Add `TaskfleetKind` and `TaskfleetRepo` if missing (idempotent); "" when they exist, else a
+    line on how an operator adds them. A missing namespace is a `StartupError`."""
     key = (client.service_client.config.target_host, client.namespace)
     if key in _checked:
         return _checked[key]

@@ -1,10 +1,5 @@
-"""A client call that waits on a workflow, turned into one clear line when no worker serves it.
-
-`taskfleet lessons query` waits for a worker to answer; `taskfleet git flush --wait` for the
-batcher to push. Neither can progress while no worker polls the workflow's task queue: instead of
-waiting in silence, the call ends within seconds naming that queue (see
-`activities/pods/queue_watch.py` for how "no worker" is told apart from "busy").
-"""
+"""A client call that waits on a workflow (`lessons query`, `git flush --wait`), turned into one
+clear line naming the queue within seconds when no worker polls it, instead of a silent wait."""
 
 from __future__ import annotations
 
@@ -26,8 +21,8 @@ class NoWorkerServes(StartupError):
 
 async def served(client: Client, workflow_id: str, call: Awaitable[T], what: str, after: float = UNSERVED_SECONDS,
                  every: float = 1.0) -> T:
-    """`call`'s result, or NoWorkerServes once the workflow it waits on has waited `after` seconds
-    for a worker (at once when nobody polls its queue at all)."""
+    """`call`'s result, or NoWorkerServes once its workflow has waited `after` seconds for a worker
+    (at once when nobody polls the queue)."""
     task = asyncio.ensure_future(call)
     try:
         while not (await asyncio.wait({task}, timeout=every))[0]:

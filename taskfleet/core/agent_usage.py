@@ -1,10 +1,7 @@
-"""What a task's own agent reports it cost: the JSON a command writes to `TASKFLEET_USAGE_FILE`.
-
-Agents report cost each their own way; the file takes the common shapes as they are, so a board's
-`run` can redirect the agent's own JSON into it: one object, or JSON lines whose figures are
-summed (Codex's `--json` events). Dollars from `cost_usd` or `total_cost_usd` (Claude Code's result);
-tokens from `input_tokens`/`output_tokens`, at the top or under `usage`. Anything else is ignored.
-"""
+"""What a task's own agent reports it cost: the JSON a command writes to `TASKFLEET_USAGE_FILE`, in
+the common shapes as agents write them (one object, or JSON lines summed): dollars from
+`cost_usd` or `total_cost_usd`, tokens from `input_tokens`/`output_tokens` (top level or under
+`usage`)."""
 
 from __future__ import annotations
 
@@ -27,7 +24,7 @@ def _number(value: Any) -> float:
 
 
 def parse_usage_report(text: str) -> AgentUsage | None:
-    """The figures the text reports, or None when it reports none (empty, not JSON, no known field)."""
+    """The figures the text reports, or None when none (empty, not JSON, no known field)."""
     try:
         objects = [json.loads(text)]
     except ValueError:

@@ -1,18 +1,7 @@
-"""Boards by reference: a board stored in the clone's object store, read a page at a time.
-
-A stored board is a git tree, named by its id and kept by `refs/taskfleet/boards/<id>`:
-
-    board.json             {"version", "name", "format", "rows", "source", "settings", "tasks",
-                            "pages": [[first row, rows], ...]}
-    pages/000000000.jsonl  one row per line: {"n", "line", "row": {...}},
-                           or {"n", "line", "id", "error"}
-
-Why JSON lines of the rows as written (not the TOML text, not validated specs): a page is found
-from the manifest and read as one blob, in time and memory of that page alone (TOML cannot be
-parsed from the middle); each row keeps its source line, so a bad task fails alone naming it; and
-the worker that loads the page applies the board's defaults and rules itself, exactly as the
-parser does for a whole board. Content-addressed: the same board stored twice is the same id.
-"""
+"""Boards by reference: a git tree in the clone (`board.json`, then `pages/*.jsonl` of rows as
+written, with their lines) kept by `refs/taskfleet/boards/<id>`. A page is one blob (TOML cannot
+be parsed from the middle); a bad row fails alone, naming its line. Stored twice, a board keeps
+its id."""
 
 from __future__ import annotations
 
@@ -58,8 +47,7 @@ def _page_name(first_row: int) -> str:
 
 
 def _row_line(raw: RawTask) -> str:
-    """One row of a page: `{"n", "line", "row"}`, or `{"n", "line", "id", "error"}` for a row
-    that cannot be read."""
+    """A page row: `{"n", "line", "row"}`, or `{"n", "line", "id", "error"}` if unreadable."""
     data: dict[str, Any] = {"n": raw.number, "line": raw.line}
     if raw.error:
         data.update(id=raw.id, error=raw.error)
@@ -77,13 +65,8 @@ def _row_of(text: str | bytes) -> RawTask:
 
 def write_board(repo: str | Path, head: BoardHead, rows: Iterable[RawTask], source: str = "",
                 first_page: tuple[int, int] = (0, 0)) -> tuple[BoardReference, BoardPage | None]:
-    """The one way a board is stored: its rows written to the clone a page at a time; its
-    reference, and with `first_page` (rows, bytes) the first page as a worker would load it
-    (rows kept as they are written, through JSON as the store gives them back: no read back).
-
-    Holds one page in memory; a BoardError from the rows (a board-wide problem) stops it before the
-    reference exists (the blobs already written are unreachable and go with the next `git gc`).
-    """
+    """The one way a board is stored: rows written a page at a time; its reference, and with
+    `first_page` the first page as a worker loads it. A board-wide BoardError stops it."""
     entries: list[tuple[str, str]] = []
     pages: list[list[int]] = []
     page: list[bytes] = []
@@ -134,8 +117,8 @@ def write_board(repo: str | Path, head: BoardHead, rows: Iterable[RawTask], sour
 
 
 class _EnvNames:
-    """The worker variables a board's open tasks ask for, so a worker can refuse the board before
-    anything starts. Rows whose `env` is malformed are left out (each fails alone when loaded)."""
+    """The worker variables a board's open tasks ask for, so a worker can refuse it before anything
+    starts (rows with a malformed `env` fail alone when loaded)."""
 
     def __init__(self, board_wide: Any) -> None:
         self.seen: set[str] = set()
@@ -191,16 +174,14 @@ class BoardReader:
                 yield first + offset, _row_of(lines[offset])
 
     def page(self, request: BoardPageRequest) -> BoardPage:
-        """Rows from `request.start`, validated one by one, until `max_tasks` rows or
-        `max_bytes`."""
+        """Rows from `request.start`, validated one by one, up to `max_tasks` or `max_bytes`."""
         return page_of(self.rows(request.start), self.head, self.source, self.total, request)
 
 
 def page_of(rows: Iterable[tuple[int, RawTask]], head: BoardHead, source: str, total: int,
             request: BoardPageRequest) -> BoardPage:
-    """A page of `rows` (row index, raw row) from `request.start`, each validated alone, until
-    `max_tasks` rows or `max_bytes`: what a worker loads, and what the client that stored the
-    board may hand the run as its first page."""
+    """A page of (index, raw row) from `request.start`, each validated alone, up to `max_tasks` or
+    `max_bytes`: what a worker loads, or a client hands the run as its first page."""
     page = BoardPage(start=request.start, next=request.start, total=total,
                      board_id=request.board_id)
     used = 0

@@ -35,7 +35,7 @@ def toml_value(value: Any) -> str:
 
 
 def comment(lines: Iterable[str]) -> str:
-    """`# ` lines; characters TOML refuses in a comment (control characters but tab) become spaces."""
+    """`# ` lines; characters TOML refuses in a comment (controls but tab) become spaces."""
     clean = ("".join(" " if (ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F else c for c in line) for line in lines)
     return "".join(f"# {line}".rstrip() + "\n" for line in clean)
 

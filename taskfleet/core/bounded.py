@@ -1,10 +1,7 @@
-"""Bounded previews of untrusted values: what a workflow keeps about input it refused.
-
-Anyone with the `temporal` CLI can send a handler a 1.5 MB string or JSON nested 600 deep. Keeping
-that value (or a `repr` of it) in workflow state would carry it through every query and
-continue-as-new; walking it recursively can hit Python's recursion limit. `preview` walks at most a
-few levels and a few dozen nodes, so its result stays a few hundred bytes whatever it is given.
-"""
+"""Bounded previews of untrusted values: what a workflow keeps about input it refused. A 1.5 MB
+string or JSON nested 600 deep would ride every query and continue-as-new, and recursion can hit
+Python's limit: `preview` walks a few levels and a few dozen nodes, a few hundred bytes whatever
+it is given."""
 
 from __future__ import annotations
 
@@ -35,10 +32,8 @@ def _kind(value: Any) -> str:
 
 
 def preview(value: Any) -> Any:
-    """A JSON-compatible copy of `value` with depth, items, strings and node count capped.
-
-    Small values come back unchanged, so a person reading `status` sees what they sent.
-    """
+    """A JSON-compatible copy of `value` with depth, items, strings and node count capped; small
+    values come back unchanged, so `status` shows what the person sent."""
     nodes = 0
 
     def walk(item: Any, depth: int) -> Any:
@@ -78,7 +73,7 @@ def preview(value: Any) -> Any:
 
 
 def describe_args(args: tuple[Any, ...]) -> Any:
-    """Preview of a handler's arguments: the one argument itself, `None` for none, a list for several."""
+    """A handler's arguments: the one argument itself, `None` for none, a list for several."""
     if len(args) == 1:
         return preview(args[0])
     if not args:
@@ -96,7 +91,7 @@ def args_problem(args: tuple[Any, ...], what: str) -> str | None:
 
 
 def json_size(value: Any) -> int:
-    """Bytes of `value` as compact JSON (dataclasses as their fields), as the data converter sends it."""
+    """Bytes of `value` as compact JSON (dataclasses as fields), as the data converter sends it."""
     return len(json.dumps(value, default=_fields, separators=(",", ":")))
 
 

@@ -1,9 +1,6 @@
-"""The branch a board lands on when it names no `base`: the remote's default branch.
-
-What `<remote>/HEAD` names in the clone (set by `git clone`), else what the remote itself says its
-HEAD is (`git ls-remote --symref`), else a local or remote-tracking `main` or `master`. Shared by the
-CLI (before it starts a run) and the worker (for boards started by hand), so both answer alike.
-"""
+"""The branch a board lands on when it names no `base`: the remote's default branch
+(`<remote>/HEAD`, else `git ls-remote --symref`, else `main` or `master`). Shared by the CLI and
+the worker, so both answer alike."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ def root_cause_message(err: BaseException) -> str:
 
 
 def cause_message(err: BaseException) -> str:
-    """The innermost cause's own message, without the `Type: ` an ApplicationError's str() adds."""
+    """The innermost cause's message, without the `Type: ` an ApplicationError's str() adds."""
     while err.__cause__ is not None:
         err = err.__cause__
     return getattr(err, "message", None) or str(err) or type(err).__name__

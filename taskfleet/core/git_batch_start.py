@@ -41,7 +41,7 @@ async def with_start_options(
 
 
 def op_payload(op: GitOp | dict[str, Any]) -> dict[str, Any]:
-    """An op as the JSON object sent on the wire: empty fields left out, `enqueued_at` never sent."""
+    """An op as the JSON object sent: empty fields left out, `enqueued_at` never sent."""
     if isinstance(op, GitOp):
         data = {k: v for k, v in vars(op).items() if k != "enqueued_at"}
         return {k: v for k, v in data.items() if v not in ("", [], None)}

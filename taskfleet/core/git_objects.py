@@ -1,17 +1,7 @@
-"""A clone's object store as shared storage: what the board and run stores write and read.
-
-Every worker of a board and the CLI that starts it reach the clone (tasks branch from it), while
-a worker's state dir is its own. So boards and outcomes live in the clone as git objects, kept
-reachable by refs under `refs/taskfleet/`, which `git gc` keeps and `git push` never sends.
-
-Objects and refs are written and read in process through libgit2 (pygit2): no `git` process per
-blob, tree, commit or ref (milliseconds each, on the path of every run's start and end), and no
-object or ref format written by hand. A ref moves by compare-and-swap under git's own lock file
-(`<ref>.lock`, taken by libgit2 as git takes it), so of two writers, git or us, exactly one wins.
-
-libgit2 reads neither SHA-256 clones nor reftable refs: such a clone is refused with one line
-(`GitStoreError`), never half-written.
-"""
+"""A clone's object store as shared storage for the board and run stores: every worker and the CLI
+reach the clone, refs under `refs/taskfleet/` survive gc and are never pushed. Written in process
+via libgit2 (no git process per object), refs by compare-and-swap under git's own lock file;
+SHA-256 and reftable clones are refused with one line (`GitStoreError`)."""
 
 from __future__ import annotations
 
@@ -42,7 +32,7 @@ class GitStoreError(RuntimeError):
 
 
 def git(repo: str | Path, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-    """Run `git -C repo args...`; its stdout, or GitStoreError naming the command and git's reason."""
+    """`git -C repo args...`; its stdout, or GitStoreError naming the command and git's reason."""
     try:
         done = subprocess.run(
             ["git", "-C", str(repo), *args], input=data, capture_output=True,
@@ -56,8 +46,8 @@ def git(repo: str | Path, *args: str, data: bytes | None = None, env: dict[str, 
     return done.stdout
 
 
-# A libgit2 repository handle is not to be shared between threads; one per thread and folder. Each
-# is checked against the folder's identity, so a clone removed and made again is opened afresh.
+# A libgit2 handle is not shared between threads: one per thread and folder, checked against the
+# folder's identity so a clone made again is opened afresh.
 _local = threading.local()
 
 
@@ -83,8 +73,8 @@ def supported_problem(git_dir: str | Path) -> str:
 
 
 def open_repository(repo: str | Path) -> pygit2.Repository:
-    """This thread's libgit2 handle on `repo` (a clone, bare or not, or a worktree of one);
-    GitStoreError when it is none, or one libgit2 cannot be trusted with."""
+    """This thread's libgit2 handle on `repo` (a clone, bare or not, or a worktree); GitStoreError
+    when it is none, or one libgit2 cannot be trusted with."""
     key = os.path.abspath(repo)
     cache: dict = _local.__dict__.setdefault("repos", {})
     found = cache.get(key)
@@ -119,7 +109,7 @@ def common_dir(handle: pygit2.Repository) -> str:
 
 
 def _common_dir_of(folder: str) -> str:
-    """The git folder a directory's `.git` leads to (for a clear refusal when libgit2 cannot open it)."""
+    """The git folder a `.git` leads to, for a clear refusal when libgit2 cannot open it."""
     dot = Path(folder) / ".git"
     if dot.is_dir():
         return str(dot)
@@ -199,12 +189,8 @@ def _lookup(handle: pygit2.Repository, ref: str) -> str | None:
 
 
 def compare_and_swap(repo: str | Path, ref: str, new: str, old: str | None) -> bool:
-    """Point `ref` at `new` only if it still points at `old` (None: only if it does not exist).
-
-    The ref's lock file is taken (git's `<ref>.lock`) and the value compared under it, so of two
-    writers racing from the same `old` exactly one wins; the other gets False and retries from the
-    new value. A lock held by another writer is False too.
-    """
+    """Point `ref` at `new` only if it still points at `old` (None: absent), compared under git's
+    `<ref>.lock`: of two racing writers one wins, the other (or a held lock) gets False."""
     return _set_ref(repo, ref, new, old, check_old=True)
 
 

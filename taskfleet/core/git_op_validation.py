@@ -1,8 +1,5 @@
-"""Validation of git ops that arrive by signal or update, in pure Python.
-
-Workflow code may not run `git check-ref-format`, so its rules are restated here; the push activity
-checks again against the real repository (paths, worktrees) before anything touches git.
-"""
+"""Validation of git ops that arrive by signal or update, in pure Python: workflow code may not run
+`git check-ref-format`, so its rules are restated here (the push activity checks the repository)."""
 
 from __future__ import annotations
 
@@ -53,7 +50,7 @@ def branch_name_problem(name: Any) -> str | None:
 
 
 def path_problem(path: Any) -> str | None:
-    """Why a file path in a commit op is unsafe (absolute, escaping the worktree, an option), or None."""
+    """Why a commit op's file path is unsafe (absolute, outside the worktree, an option)."""
     if not isinstance(path, str) or not path:
         return "file path is empty"
     if len(path) > 4096:

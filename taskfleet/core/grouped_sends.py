@@ -1,11 +1,6 @@
 """Sends that share a trip: one send in flight at a time, and what is handed over meanwhile leaves
-together in the next one.
-
-Many callers sending small messages to one workflow at once (git ops to a batcher, from a client's
-burst or from a worker's tasks that end together) would each cost an RPC, a history event and a
-workflow task of the receiver. Grouped, a lone message leaves at once, and under load one signal
-carries many.
-"""
+together in the next, so many small messages to one workflow do not each cost an RPC, a history
+event and a workflow task; a lone message leaves at once."""
 
 from __future__ import annotations
 
@@ -22,9 +17,7 @@ class SenderStopped(Exception):
 
 class GroupedSends(Generic[T]):
     """Items for one receiver, sent in groups of at most `max_items` and about `max_bytes`.
-
-    `send(items)` sends one group; `after(items)`, if given, runs once a group was sent, after its
-    callers have returned (for what they need not wait for)."""
+    `after(items)` runs once a group was sent, after its callers returned."""
 
     def __init__(
         self,
@@ -44,8 +37,8 @@ class GroupedSends(Generic[T]):
         self._sender: Optional[asyncio.Task[None]] = None
 
     async def send(self, item: T) -> None:
-        """Return once a send carrying `item` succeeded, or raise what it raised. A caller
-        cancelled before its item left takes the item back: it is not sent."""
+        """Return once a send carrying `item` succeeded, or raise what it raised; a caller cancelled
+        before its item left takes it back."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((item, future))
         if self._sender is None:
@@ -81,7 +74,7 @@ class GroupedSends(Generic[T]):
                 if self._after is not None:
                     try:
                         await self._after(items)
-                    except Exception:  # noqa: BLE001, S110 - `after` reports its own failures; the next group still leaves
+                    except Exception:  # noqa: BLE001, S110 - `after` reports its own failures
                         pass
         finally:
             left, self._waiting = self._waiting, []

@@ -16,14 +16,8 @@ def slug(text: str, limit: int = 40) -> str:
 
 
 def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = DEFAULT_TASK_QUEUE) -> str:
-    """`taskfleet-git-<clone name>-<remote>-<8 hex>`: readable, and one per (clone, remote, task queue).
-
-    The hash covers the clone's absolute path and the remote, plus the task queue unless it is the
-    default one (so ids of the default queue are unchanged). Each queue gets its own batcher, which
-    runs its push activity on that queue: the batcher follows its callers, so it is served by the
-    workers that serve them.
-    `repo` must be absolute (callers resolve it first), so this stays a pure function.
-    """
+    """`taskfleet-git-<clone name>-<remote>-<8 hex>`: one batcher per (clone, remote, task queue),
+    run where its callers' workers poll. `repo` must be absolute (callers resolve it)."""
     path = posixpath.normpath(repo)
     key = f"{path}\0{remote}" if task_queue == DEFAULT_TASK_QUEUE else f"{path}\0{remote}\0{task_queue}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
@@ -34,11 +28,7 @@ def merge_queue_workflow_id(
     repo: str, remote: str, target: str, task_queue: str = DEFAULT_TASK_QUEUE
 ) -> str:
     """`taskfleet-queue-<clone name>-<remote>-<target>-<8 hex>`: one merge queue per (clone, remote,
-    target branch, task queue).
-
-    As for the git batcher, the task queue is part of the hash unless it is the default, so a queue
-    always runs where its callers' workers poll. `repo` must be absolute (callers resolve it first).
-    """
+    target, task queue). `repo` must be absolute."""
     path = posixpath.normpath(repo)
     key = f"{path}\0{remote}\0{target}" + ("" if task_queue == DEFAULT_TASK_QUEUE else f"\0{task_queue}")
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
@@ -46,10 +36,8 @@ def merge_queue_workflow_id(
 
 
 def queue_run_key(run_key: str, attempt: int) -> str:
-    """The run key of a task's re-run after the merge queue sent its change back (`attempt` >= 1).
-
-    It names the re-run's commit trailer, log folder and queue entry id, so a re-run never takes the
-    first attempt's commit for its own (nor its entry id for a repeat)."""
+    """The run key of a task's re-run after the merge queue sent it back (`attempt` >= 1): its own
+    commit trailer, log folder and entry id, so it never takes the first attempt's for its own."""
     return f"{run_key}#queue-{attempt}" if attempt else run_key
 
 

@@ -1,9 +1,7 @@
-"""The lease lock's ground: its workflow id, and the parsing of every message it takes.
-
-Messages come from our client and from people typing into the `temporal` CLI, so each parser takes
-the raw positional arguments (any count, any JSON) and returns a wire type or raises `InvalidLeaseMessage`
-with one line saying what is wrong. Workflow code calls these; they are pure and deterministic.
-"""
+"""The lease lock's ground: its workflow id, and the parsing of every message it takes. Messages may
+be typed into the `temporal` CLI, so each parser takes raw positional arguments (any count, any
+JSON) and returns a wire type or raises `InvalidLeaseMessage`. Pure and deterministic, for
+workflow code."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ class InvalidLeaseMessage(ValueError):
 
 
 def lease_lock_workflow_id(resource: str) -> str:
-    """`taskfleet-lock-<resource slug>-<8 hex of the whole resource>`: readable, and one per resource
-    whatever task queue or pod asks (the hash keeps long or similar names apart)."""
+    """`taskfleet-lock-<resource slug>-<8 hex>`: one per resource whatever queue or pod asks."""
     digest = hashlib.sha256(resource.encode()).hexdigest()[:8]
     tail = resource.rstrip("/").rsplit("/", 1)[-1] or resource
     return f"taskfleet-lock-{slug(tail)}-{digest}"
@@ -72,7 +69,7 @@ def _seconds(value: Any, name: str, low: float, high: float, what: str) -> float
 
 
 def parse_acquire(args: Sequence[Any]) -> AcquireRequest:
-    """`{"holder", "lease_seconds"?, "wait_seconds"?, "min_token"?}` or the same as positional args."""
+    """`{"holder", "lease_seconds"?, "wait_seconds"?, "min_token"?}`, or as positional args."""
     data = _one_object(args, ("holder", "lease_seconds", "wait_seconds", "min_token"), "acquire")
     min_token = data.get("min_token", 0)
     if isinstance(min_token, bool) or not isinstance(min_token, int) or not 0 <= min_token < MAX_TOKEN:
@@ -100,7 +97,7 @@ def parse_lease_ref(args: Sequence[Any], what: str) -> LeaseRef:
 
 
 def parse_config(raw: Any) -> LeaseLockConfig:
-    """Start input: `{"resource", "max_history_events"?, "max_waiters"?}` or a bare resource string."""
+    """Start input: `{"resource", "max_history_events"?, "max_waiters"?}` or a resource string."""
     if isinstance(raw, str):
         raw = {"resource": raw}
     if not isinstance(raw, dict):

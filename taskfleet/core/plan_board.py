@@ -1,9 +1,6 @@
-"""The planner's answer (`submit_board`'s input) as a TOML board, checked by the board parser that
-`taskfleet run` uses: what passes here, `taskfleet run` accepts unchanged.
-
-Pure Python, so `PlannerWorkflow` runs it itself. A refused answer comes back as every problem found
-(for the model's one fix round), each naming the task it is about.
-"""
+"""The planner's answer (`submit_board`'s input) as a TOML board, checked by the parser `taskfleet
+run` uses, so what passes here runs unchanged. Pure, for `PlannerWorkflow`; a refused answer
+comes back as every problem found, each naming its task (for the model's one fix round)."""
 
 from __future__ import annotations
 
@@ -94,9 +91,8 @@ def answer_problems(answer: Any, max_tasks: int) -> list[str]:
 
 
 def parser_problems(text: str) -> list[str]:
-    """What the board parser refuses in the written board: each task as a run loads it, then ids
-    and branches shared by two tasks (what `taskfleet run` checks, row by row). Each problem
-    names its task by its place in the answer (the model never saw the TOML's line numbers)."""
+    """What the board parser refuses: each task as a run loads it, then ids and branches shared by
+    two tasks; each problem names its task by its place (the model never saw line numbers)."""
     try:
         parsed = parse_board_text(text, SOURCE)
         head = check_board(parsed).head

@@ -1,5 +1,5 @@
 """Validation of `PlannerWorkflow`'s start input: a person may type it into the `temporal` CLI, so
-it arrives as plain JSON and is checked here, in code, with one line naming the key."""
+it is checked here, in code, with one line naming the key."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""The run store: every task's outcome, kept outside workflow history, readable by any worker and
-the CLI.
-
-A run's outcomes are an append-only chain of commits in the clone, under one ref per run
-(`refs/taskfleet/runs/<workflow id>-<hash>/<first run id>`): each commit's tree holds one chunk,
-`outcomes.jsonl` (a `TaskOutcome` as JSON per line), and its parent is the chunk before it.
-
-Why a commit chain under a ref, not a file beside the board: the clone is the one place every
-worker of a board and the CLI reach (a worker's state dir is its own); appending costs the same at
-the 1st chunk and the 1,000th (no tree to rewrite); a writer that races another loses a
-compare-and-swap on the ref and re-parents its chunk on the winner, so parallel writers never lose
-an outcome; and a reader walks the chain one chunk at a time, never holding a run's outcomes whole.
-"""
+"""The run store: every task's outcome outside workflow history, readable by any worker and the CLI.
+An append-only chain of commits in the clone under one ref per run, a chunk of `outcomes.jsonl`
+per commit: appends cost the same at any length, racing writers re-parent on a lost
+compare-and-swap (nothing lost), and readers walk one chunk at a time."""
 
 from __future__ import annotations
 
@@ -51,11 +42,8 @@ def _recent_batches(repo: str | Path, tip: str) -> set[str]:
 
 
 def append_outcomes(repo: str | Path, ref: str, batch_id: str, outcomes: Iterable[dict[str, Any]]) -> tuple[str, int, bool]:
-    """Append one chunk; (commit, outcomes recorded, already recorded by an earlier attempt).
-
-    Safe with any number of concurrent writers: the chunk's commit is re-parented on whatever the
-    ref points at until its compare-and-swap wins.
-    """
+    """Append one chunk, re-parented until its compare-and-swap wins; (commit, outcomes recorded,
+    already recorded by an earlier attempt)."""
     lines = [json.dumps(o, separators=(",", ":"), ensure_ascii=False) + "\n" for o in outcomes]
     try:
         tree = write_tree(repo, [(CHUNK_FILE, write_blob(repo, "".join(lines).encode()))])
@@ -73,14 +61,13 @@ def append_outcomes(repo: str | Path, ref: str, batch_id: str, outcomes: Iterabl
 
 
 def iter_outcomes(repo: str | Path, ref: str) -> Iterator[dict[str, Any]]:
-    """Every outcome of a run, oldest chunk first, one chunk in memory at a time.
-
-    Nothing (no run with that ref yet) yields nothing; a missing clone is RunStoreError.
-    """
+    """Every outcome of a run, oldest chunk first, one chunk in memory at a time (no ref yet:
+    nothing; a missing clone: RunStoreError)."""
     try:
         tip = resolve(repo, ref)
         if tip is None:
-            git(repo, "rev-parse", "--git-dir")  # a missing clone says so; a missing ref is no outcomes
+            # a missing clone says so; a missing ref is no outcomes
+            git(repo, "rev-parse", "--git-dir")
             return
         chain = git(repo, "rev-list", "--first-parent", "--reverse", tip).decode().split()
     except GitStoreError as err:

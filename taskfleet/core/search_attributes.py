@@ -1,8 +1,5 @@
-"""Search attributes taskfleet sets on its workflows, so the UI and `temporal workflow list` can filter.
-
-They are a convenience, never a requirement: on a namespace without them (a plain dev server, a
-Temporal Cloud namespace nobody prepared) workflows start without them.
-"""
+"""Search attributes taskfleet sets on its workflows, for filtering in the UI and `temporal workflow
+list`: a convenience, so on a namespace without them workflows start without them."""
 
 from __future__ import annotations
 

@@ -28,6 +28,6 @@ def run_ref(workflow_id: str, first_run_id: str) -> str:
 
 
 def queue_ref(queue_id: str) -> str:
-    """Where a merge queue fetches its target into (`.../target`; its merged chain waits beside it
-    as `.../candidate`): one folder per queue, so two queues never share a ref."""
+    """Where a merge queue fetches its target (`.../target`, its merged chain as `.../candidate`):
+    one folder per queue, so two queues never share a ref."""
     return f"{QUEUE_REF_PREFIX}{_component(queue_id, 60)}-{hashlib.sha256(queue_id.encode()).hexdigest()[:8]}/target"

@@ -1,14 +1,7 @@
-"""What a task's processes may see of the worker's environment: the one place that decides it.
-
-Boards are written by people other than the operator (and by a planner model), so a task command
-must never inherit the worker's credentials (Temporal, Anthropic, cloud, git host). Every task
-process (implementer command, verify, judge command, queue verify) starts from a minimal base,
-plus the task's own `TASKFLEET_*` variables, plus the worker variables the operator allows by name
-or shell-style pattern (`TASKFLEET_TASK_ENV`). A board may name variables its tasks need (`env`);
-it can never widen the operator's list.
-
-Pure: the worker's environment is passed in, so the rules are testable and usable anywhere.
-"""
+"""What a task's processes may see of the worker's environment, decided here alone: boards come from
+people other than the operator, so a task never inherits the worker's credentials. A minimal
+base, the task's `TASKFLEET_*`, and worker variables allowed by `TASKFLEET_TASK_ENV`; a board's
+`env` can never widen that list. Pure: the environment is passed in."""
 
 from __future__ import annotations
 
@@ -33,7 +26,7 @@ MAX_NAMES = 64  # names one board (or one task) may ask for
 
 
 class TaskEnvError(ValueError):
-    """An allow-list or a board's `env` that cannot be used as written; one line naming the value."""
+    """An allow-list or a board's `env` that cannot be used as written; one line naming it."""
 
 
 def env_name_problem(name: object) -> str | None:
@@ -96,7 +89,7 @@ class TaskEnvironment:
         return _is_base(name) or self.allowed(name)
 
     def refused(self, names: Iterable[str]) -> list[str]:
-        """The names a board asks for that the operator did not allow (base names are always fine)."""
+        """Names a board asks for that the operator did not allow (base names are always fine)."""
         return sorted({n for n in names if not self.given(n)})
 
     def missing(self, names: Iterable[str]) -> list[str]:
@@ -104,13 +97,8 @@ class TaskEnvironment:
         return sorted({n for n in names if self.given(n) and n not in self.worker})
 
     def build(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        """A task process's whole environment.
-
-        `env` holds the task's own variables. A caller that passes the worker's environment with its
-        additions (`{**os.environ, ...}`) is served too: a variable whose value is the worker's own is
-        inherited, so it is kept only if the rules give it; what the caller set or changed is kept.
-        `GIT_CONFIG_*` pairs follow the same rule and are renumbered, so git reads them all.
-        """
+        """A task process's environment from its `env`: a value equal to the worker's own is kept
+        only if allowed (`GIT_CONFIG_*` pairs likewise, renumbered)."""
         worker = self.worker
         out = {name: value for name, value in worker.items() if self.given(name) and not _GIT_CONFIG.fullmatch(name)
                and name != "GIT_CONFIG_COUNT"}
@@ -137,7 +125,7 @@ class TaskEnvironment:
         return out
 
     def _inherited_pair(self, index: int, key: str, value: str) -> bool:
-        """A git config pair the worker itself carries (it may hold a credential: an auth header)."""
+        """A git config pair the worker itself carries (it may hold a credential)."""
         worker = self.worker
         same = worker.get(f"GIT_CONFIG_KEY_{index}") == key and worker.get(f"GIT_CONFIG_VALUE_{index}") == value
         return same and not self.allowed(f"GIT_CONFIG_VALUE_{index}")

@@ -1,5 +1,5 @@
 """Validation of `task_stage`, the signal a task's activity or child workflow sends the orchestrator
-when the task moves on: anyone with the `temporal` CLI can send it too, so it is checked here."""
+as the task moves on: anyone with the `temporal` CLI can send it too."""
 
 from __future__ import annotations
 

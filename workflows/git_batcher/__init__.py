@@ -1,13 +1,7 @@
 """`GitBatchWorkflow`: one per (clone, remote); queues git ops and lands each batch with one push.
-
-It is the single writer for its remote: batches run one at a time, in order, so ops of one branch
-land in the order they were accepted. Its queue lives in workflow state, so an accepted op survives
-worker crashes and continue-as-new until it is landed or reported failed.
-
-This module is the definition (run loop, messages, queries); beside it `intake.py` (what makes a
-message one op), `batches.py` (when the queue becomes batches, how one runs, what a run carries) and
-`replies.py` (outcomes to senders, results updates wait on).
-"""
+The single writer for its remote: batches run one at a time, in order; the queue lives in
+workflow state. Beside it: `intake.py` (a message to one op), `batches.py` (queue to batches, one
+run each), `replies.py` (outcomes to senders, results updates wait on)."""
 
 from __future__ import annotations
 
@@ -67,18 +61,15 @@ def _rejected_op(handler: str, what: object, reason: str, at: str) -> RejectedOp
     return RejectedOp(op=what, reason=reason, at=at, handler=handler)
 
 
-# Worker Versioning: AUTO_UPGRADE. A clone's batcher never ends (it continues as new), so pinned it
-# would hold its first version forever and that version could never drain. Moving is safe: all
-# state that survives continue-as-new travels as data (the carried state dataclass), which the next
-# version reads; a move mid-run replays this run's history on the new code, so any new command is
-# guarded with `workflow.patched` in workflows/compat.py (as the renamed activities are) and old
-# histories still replay.
+# Worker Versioning: AUTO_UPGRADE. A batcher never ends (it continues as new), so pinned it would
+# hold its first version forever; carried state is data, and new commands are guarded with
+# `workflow.patched` (workflows/compat.py) so old histories still replay.
 @workflow.defn(name=GIT_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class GitBatchWorkflow:
     @workflow.init
     def __init__(self, config: Any, state: Any = None) -> None:
-        # The start input arrives as plain JSON (CLI users send it by hand): parsed here, not by the
-        # data converter, which would wedge the workflow task on a bad field.
+        # Parsed here, not by the data converter: a bad field (typed by hand) would wedge the
+        # workflow task.
         blank = lambda: GitBatchConfig(repo=str(config.get("repo", "")) if isinstance(config, dict) else "")  # noqa: E731
         self.config, self.s, self._config_error = parse_start(config, state, parse_config, blank, GitBatchState,
                                                                InvalidGitOp)
@@ -127,8 +118,8 @@ class GitBatchWorkflow:
                 await batches.execute(self.s.pending_batches[0])
             if self._continue_due():
                 await self._replies.settle()
-                # Updates (flush_now, retry) wait on batches this loop runs: keep running them
-                # until every handler has returned, then hand the state to the next run.
+                # Updates (flush_now, retry) wait on batches this loop runs: run them until every
+                # handler has returned, then hand the state to the next run.
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished() or batches.flush_due() or bool(self.s.pending_batches)
                 )
@@ -139,12 +130,8 @@ class GitBatchWorkflow:
                     workflow.continue_as_new(args=[self.config, self.s])
 
     async def _drain_and_continue_as_new(self) -> None:
-        """Finish the batches that updates wait on, then carry the queue and the other batches to a
-        new run (the batch in flight, if any, has finished: this runs between batches).
-
-        New `flush_now`/`retry` calls are refused meanwhile (type ContinuingAsNew; clients send them
-        again and reach the next run), so this ends even while ops keep arriving.
-        """
+        """Finish the batches updates wait on, then carry the rest to a new run, refusing new
+        `flush_now` and `retry` calls (clients resend), so this ends while ops keep arriving."""
         self._draining = True
         self._refresh_details()
         waits = self._batches.waits
@@ -196,24 +183,19 @@ class GitBatchWorkflow:
         return op.id
 
     def _reject(self, handler: str, args: tuple[Any, ...], reason: str) -> None:
-        """Record a refused message as a bounded preview: never the raw payload, whatever its size."""
+        """Record a refused message as a bounded preview, never the raw payload."""
         self.s.stats.rejected_ops += 1
         self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, handler, args, clip(reason, REASON_CHARS),
                                  _rejected_op)
         self._refresh_details()
 
-    # Handlers take `*args`: the `temporal` CLI lets anyone send no input, two inputs or anything
-    # else, and a fixed signature would raise before our code runs (a signal handler that raises
-    # fails the workflow task forever: the batcher would be wedged).
+    # Handlers take `*args`: the `temporal` CLI lets anyone send anything, and a fixed signature
+    # would raise before our code runs (a raising signal handler wedges the batcher).
 
     @workflow.signal(name=SIGNAL_ENQUEUE)
     def enqueue(self, *args: Any) -> None:
-        """Fire-and-forget; a bad op is recorded under `rejected` in `status`, never raised.
-
-        One op, or a list of up to MAX_OPS_PER_SIGNAL ops (each taken or refused on its own): every
-        signal is a history event, and a burst of separate signals faster than the worker takes them
-        keeps the server from closing a run (continue-as-new) while new ones are pending, so clients
-        send what they hold together (GitBatcherClient does)."""
+        """Fire-and-forget; a bad op is recorded under `rejected` in `status`. One op or a list of
+        up to MAX_OPS_PER_SIGNAL: a burst of single signals keeps a run from continuing as new."""
         if len(args) == 1 and isinstance(args[0], list):
             ops = args[0]
             if not ops or len(ops) > MAX_OPS_PER_SIGNAL:
@@ -241,12 +223,8 @@ class GitBatchWorkflow:
 
     @workflow.signal(name=SIGNAL_FLUSH)
     def flush(self, *args: Any) -> None:
-        """Flush now; or, with `{"after": [op ids]}`, once every one of those ops has been accepted
-        (a board's last tasks send it, so their batch leaves as soon as it is whole, without
-        waiting for the run's own flush). Any other input is ignored: flush now.
-
-        A waiting flush lives in this run only (a run that continues as new drops it: the ops'
-        sender flushes again when it needs to, as the orchestrator does once its tasks are done)."""
+        """Flush now; with `{"after": [op ids]}`, once all those ops are accepted (a board's last
+        tasks), in this run only. Any other input: flush now."""
         after = flush_after(args)
         if after is None or all(map(self._inbox.knows, after)):
             self.s.flush_requested = True
@@ -274,8 +252,8 @@ class GitBatchWorkflow:
 
     @workflow.update(name=UPDATE_FLUSH_NOW)
     async def flush_now(self, *args: Any) -> BatchResult:
-        """An update rather than a signal because the caller waits for the push and its outcomes.
-        Any input sent with it is ignored."""
+        """An update rather than a signal because the caller waits for the push and its outcomes;
+        input is ignored."""
         self.s.flush_requested = True
         cut = self._batches.cut()
         if not cut:
@@ -326,7 +304,7 @@ class GitBatchWorkflow:
 
     @workflow.query(name=QUERY_STATS)
     def stats(self) -> GitBatchStats:
-        """Just the counters of `status`: cheap to ask often (a dashboard, a benchmark waiting)."""
+        """Just the counters of `status`: cheap to ask often."""
         return self.s.stats
 
     def _refresh_details(self) -> None:

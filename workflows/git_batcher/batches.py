@@ -1,10 +1,6 @@
-"""When the git batcher's queue becomes batches, and how a batch runs: one push for all its ops.
-
-A flush is due when the queue holds `max_batch_size` ops, its oldest op is `max_batch_age_seconds`
-old, or a client asked. The queue is then cut into batches (failed batches first, retried), each
-run as one `push_batch` activity. A batch that fails is kept, every op of it reported failed, and
-retried at the next flush.
-"""
+"""When the git batcher's queue becomes batches, and how a batch runs: one push for all its ops. A
+flush is due at `max_batch_size` ops, at `max_batch_age_seconds`, or on request; each batch is
+one `push_batch` activity, and a failed one is kept, its ops reported failed, and retried first."""
 
 from __future__ import annotations
 
@@ -83,7 +79,7 @@ class Batches:
         self.replies = replies
         self.waits = BatchWaits()
         self.executing: Optional[GitBatch] = None
-        self.in_background = False  # replies sent while the next push runs (decided when the run starts)
+        self.in_background = False  # replies sent while the next push runs (set at run start)
         self._on_change = on_change
         for batch in state.failed_batches:
             inbox.hold(failed_key(batch), None, FAILED_BATCH_OVERHEAD)
@@ -161,7 +157,8 @@ class Batches:
             short = clip(batch.error, REASON_CHARS)
             batch.outcomes = [OpOutcome(op.id, op.op_type, op.branch, OUTCOME_FAILED, reason=f"batch failed: {short}")
                               for op in batch.ops]
-            self.s.stats.failed_ops += len(batch.ops)  # this time: the batch is kept and retried later
+            # this time: the batch is kept and retried later
+            self.s.stats.failed_ops += len(batch.ops)
             workflow.logger.warning("%s failed, kept for retry: %s", batch.id, batch.error)
         else:
             batch.status, batch.error = BATCH_COMPLETED, ""

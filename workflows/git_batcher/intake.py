@@ -1,8 +1,5 @@
-"""What makes a message one acceptable git op, and what a refused one's sender is told.
-
-A refused op whose sender named `reply_to` gets a `failed` outcome, so no caller waits for nothing;
-`flush({"after": [op ids]})` names the ops whose batch should leave once they are all in.
-"""
+"""What makes a message one acceptable git op, and what a refused one's sender is told (a `failed`
+outcome, when it named `reply_to`, so no caller waits for nothing)."""
 
 from __future__ import annotations
 
@@ -22,8 +19,8 @@ MAX_FLUSH_AFTER_IDS = 1000  # op ids one `flush({"after": [...]})` may name
 FLUSHES_WAITING = 100  # `flush({"after": ...})` held at once (the oldest is dropped past it)
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000  # op ids remembered, so a repeat is ignored
-# Accepted ops still held (queued, pending, in failed batches) up to this much serialized JSON; one
-# op is at most 64 KiB. (A landing op is ~350 bytes: ~2,200 of them fit.)
+# Accepted ops still held (queued, pending, failed) up to this much JSON; one op is at most 64 KiB
+# (a ~350-byte landing op: ~2,200 fit).
 HELD_OPS_BYTES = 768 * 1024
 FAILED_BATCH_OVERHEAD = 2 * 1024  # what a failed batch adds to the held bytes, beside its ops
 REASON_CHARS = 500
@@ -59,8 +56,8 @@ def refusal_notice(args: tuple[Any, ...], reason: str) -> Optional[tuple[str, Op
 
 
 def flush_after(args: tuple[Any, ...]) -> Optional[frozenset[str]]:
-    """The op ids of `flush({"after": [op ids]})`, or None: flush now (no input, or input that is
-    not such a list, as `flush` always took any input)."""
+    """The op ids of `flush({"after": [op ids]})`, or None: flush now (no input or any other, as
+    `flush` always took any input)."""
     if len(args) != 1 or not isinstance(args[0], dict):
         return None
     ids = args[0].get(FLUSH_AFTER)

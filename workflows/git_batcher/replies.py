@@ -1,20 +1,7 @@
-"""The git batcher's replies: outcomes signalled to each op's sender, and results updates wait on.
-
-Every op may name a `reply_to` workflow: once its batch has run (or the op was refused), that
-workflow gets signal `git_ops_landed` with the outcomes of its ops, one signal per listener per
-batch; a listener that is gone never blocks the batcher. The push activity tells a landed batch's
-listeners itself, as soon as the push is done (activities/git_push.py): from the batcher, a signal
-would wait for the activity's completion to reach the workflow and then for the server to deliver
-it, two trips through the server. The batcher signals the rest: listeners the activity could not
-reach, refused ops, failed batches. Its signals of a batch leave in the workflow task that finished
-it, beside the next batch's push, so a listener's round trip never sits between two pushes; they
-leave only after the previous batch's were delivered, so a listener hears of its ops in the order
-the batches ran (the one exception: a listener the activity could not reach for a batch may hear of
-the next batch, from its push, first). The `flush_now` and `retry` updates wait for the run
-of their batches that ends after the call, and get those batches' result.
-
-Used by `GitBatchWorkflow` (workflows/git_batcher.py), which owns one `Replies` and one `BatchWaits`.
-"""
+"""The git batcher's replies: outcomes signalled to each op's `reply_to`, and results updates wait
+on. The push activity tells a landed batch's listeners itself (two server trips sooner); the
+batcher tells the rest, beside the next push and in batch order, and a gone listener never blocks
+it. Used by `GitBatchWorkflow`, which owns one `Replies` and one `BatchWaits`."""
 
 from __future__ import annotations
 
@@ -37,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 class Replies:
-    """Signals `git_ops_landed` to the senders of ops: refused ones' at once, landed ones' per batch."""
+    """Signals `git_ops_landed` to ops' senders: refused ones' at once, landed ones' per batch."""
 
     def __init__(self, repo: str, remote: str) -> None:
         self.repo = repo
@@ -64,15 +51,13 @@ class Replies:
             await self._signal_outcomes("", by_listener)
 
     async def notify(self, batch: GitBatch, told: set[str] = frozenset()) -> None:
-        """Signal `git_ops_landed` to every op's `reply_to` the push activity has not `told`, one
-        listener after another (the way of runs started before `send_in_background`); a vanished
-        listener never blocks us."""
+        """Signal `git_ops_landed` to every op's `reply_to` the activity has not `told`, one after
+        another (runs started before `send_in_background`); a vanished listener never blocks us."""
         await self._signal_outcomes(batch.id, _untold(batch, told))
 
     def send_in_background(self, batch: GitBatch, told: set[str] = frozenset()) -> None:
-        """Start signalling the batch's listeners, all at once, except those the push activity
-        has `told`, and return: the caller runs the next batch meanwhile. Call `settle` before
-        the run ends."""
+        """Start signalling the batch's listeners the activity has not `told`, all at once, and
+        return (the next batch runs meanwhile); call `settle` before the run ends."""
         previous = self._sending
         by_listener = _untold(batch, told)
         if not by_listener:

@@ -1,10 +1,7 @@
-"""Boards: the markdown table of `tasks/board-*.md` files, or TOML for richer ones.
-
-One way to read a board: `read.py` scans a file into its board-wide part and a stream of rows,
-`check.py` puts the CLI's overrides on top and checks the rows as they pass, `rules.py` turns a
-row into a `TaskSpec`; a whole board (`load_board`) is that stream collected. `keys.py` is the
-registry of every key a board may set.
-"""
+"""Boards: the markdown table of `tasks/board-*.md` files, or TOML for richer ones. `read.py`
+streams a file into its board-wide part and rows, `check.py` applies overrides and checks rows as
+they pass, `rules.py` turns a row into a `TaskSpec`, `keys.py` registers every key; `load_board`
+collects all."""
 
 from taskfleet.core.boards.check import (
     CheckedBoard,

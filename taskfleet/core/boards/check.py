@@ -39,14 +39,14 @@ class CheckedBoard:
     head: BoardHead  # the file's keys with the CLI's overrides on top
     rows: Iterator[RawTask]
     board: Board | None = None  # checked whole (`ParsedBoard.whole`): every task valid
-    # Open markdown tasks whose Verification cell keeps its own command despite --verify; complete
-    # once the rows are read (the cell is the more specific setting, so it wins).
+    # Open markdown tasks whose Verification cell keeps its own command despite --verify (the cell
+    # is more specific, so it wins); complete once the rows are read.
     own_verification: list[str] = field(default_factory=list)
 
 
 def check_board(parsed: ParsedBoard, **overrides: Any) -> CheckedBoard:
-    """The parsed board with `overrides` applied; BoardError when its board-wide part cannot run
-    (or, checked whole, when any row cannot)."""
+    """The parsed board with `overrides` applied; BoardError when its board-wide part (or, checked
+    whole, any row) cannot run."""
     given = {k: v for k, v in overrides.items() if v not in (None, "")}  # unset: the board's own
     head = replace(parsed.head, settings={**parsed.head.settings, **given})
     # Settings that would fail every task refuse the board before anything starts.
@@ -90,9 +90,8 @@ def _whole(parsed: ParsedBoard, overrides: dict[str, Any]) -> Board:
 
 def _checked_rows(rows: Iterable[RawTask], head: BoardHead, as_given: BoardHead, source: str,
                   verify: str | None, own: list[str]) -> Iterator[RawTask]:
-    """The rows, each passing the board-wide row rules as it is read (BoardError refuses the
-    board), while `own` collects the open markdown rows whose cell names a command other than
-    `verify`: only a notice, so on a board with a row that cannot run as written none is given."""
+    """The rows, each passing the board-wide row rules as read (BoardError refuses the board); `own`
+    collects open markdown rows whose cell names a command other than `verify`, for a notice."""
     markdown = head.format == "markdown"
     # A markdown row cannot name a command: without --run (or Claude) no task of it can run.
     needs_run = markdown and not str(head.settings.get("run", "")).strip() \
@@ -125,12 +124,8 @@ def unique_ids(rows: Iterable[RawTask], source: str) -> Iterator[RawTask]:
 
 
 class _Unique:
-    """Task ids and branches seen so far: a second use refuses the board, naming both lines.
-
-    Unlike a malformed task, which fails alone, this is refused before anything starts: the run
-    store and landing keep outcomes by task id, and two tasks on one branch would overwrite each
-    other. One entry per task id and branch: the only part of a board the writer holds whole.
-    """
+    """Task ids and branches seen so far: a second use refuses the board before anything starts
+    (outcomes are kept by id; two tasks on one branch would overwrite each other)."""
 
     def __init__(self, source: str) -> None:
         self.source = source

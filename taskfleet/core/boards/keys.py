@@ -1,9 +1,6 @@
-"""Every key a board may set, in one registry: the parser's allowed keys and the docs' table are
-read from it, and the planner's keys checked against it, so none of them drifts from the others.
-
-A key's type and default come from its `TaskSpec` or `Board` field, unless the default is worked
-out when the board is read (then `default` says how, as a person reads it).
-"""
+"""Every key a board may set, in one registry that the parser, the docs' table and the planner read,
+so none drifts. Type and default come from the `TaskSpec` or `Board` field, unless worked out
+when read."""
 
 from __future__ import annotations
 
@@ -108,7 +105,7 @@ KEYS = (
          "a judge command: the diff on stdin; exit 0 approve, 2 revise, else reject"),
 )
 
-# What the parser allows: `tasks` holds the task tables themselves (`[[tasks]]` or `tasks = [...]`).
+# What the parser allows: `tasks` holds the task tables (`[[tasks]]` or `tasks = [...]`).
 BOARD_KEYS = frozenset(k.name for k in KEYS if k.scope != TASK) | {"tasks"}
 TASK_KEYS = frozenset(k.name for k in KEYS if k.scope != BOARD)
 DEFAULTABLE = tuple(k.name for k in KEYS if k.scope == BOTH)  # board-wide defaults of every task

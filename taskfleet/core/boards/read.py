@@ -1,9 +1,6 @@
-"""A board file as written, read as a stream: its board-wide part (`BoardHead`), then one
-`RawTask` per task with the line it starts on, or why the row cannot be read.
-
-No reader holds a board of any size whole; a problem in the board-wide part refuses the board
-(BoardError), a problem in one row travels with that row. Overrides and rules are `check.py`'s.
-"""
+"""A board file read as a stream: its board-wide part (`BoardHead`), then one `RawTask` per task
+with its line, or why it cannot be read. No reader holds a board whole; a board-wide problem
+refuses it (BoardError), a row's travels with that row."""
 
 from __future__ import annotations
 
@@ -110,8 +107,8 @@ def _file_lines(path: str) -> Iterator[str]:
 
 
 def _multiline_state(line: str, state: str | None) -> str | None:
-    """Whether a line ends inside a TOML multi-line string (`\"\"\"` or `'''`), given where it
-    began: good enough to find table headers (a `[[tasks]]` inside such a string is text)."""
+    """Whether a line ends inside a TOML multi-line string, given where it began: enough to find
+    table headers (a `[[tasks]]` inside such a string is text)."""
     if state is None and '"""' not in line and "'''" not in line:
         return None  # the common line: no multi-line string starts here
     if state is not None and state not in line:

@@ -48,8 +48,8 @@ def task_from_row(raw: RawTask, head: BoardHead, source: str) -> TaskSpec:
 
 def spec_from_row(row: dict[str, Any], allowed: frozenset[str], settings: dict[str, Any],
                   where: str) -> TaskSpec:
-    """A task row (only `allowed` keys) as a TaskSpec with the board's defaults and checked
-    fields; BoardError naming `where`."""
+    """A task row (only `allowed` keys) as a checked TaskSpec with the board's defaults; BoardError
+    naming `where`."""
     unknown = sorted(set(row) - allowed)
     if unknown:
         raise BoardError(f"{where}: unknown key(s) {', '.join(unknown)}; "
@@ -103,8 +103,8 @@ def task_problem(task: TaskSpec, base: str, target: str) -> str:
 
 
 def validate_board(board: Board, source: str = "board") -> Board:
-    """Refuse a board that cannot run as written: the workflow's check of its input (a board
-    read from a file passed these rules row by row as it was read)."""
+    """Refuse a board that cannot run as written: the workflow's check of its input (a file's rows
+    passed these rules as read)."""
     if not board.tasks:
         raise BoardError(f"{source}: the board has no tasks")
     check_board_settings(board, source)
@@ -152,7 +152,7 @@ def _whole(value: Any, low: int, high: int) -> bool:
 
 
 def llm_fields_problem(spec: TaskSpec) -> str:
-    """What is wrong with a task's Claude implementer fields, or "" (the message names the key)."""
+    """What is wrong with a task's Claude implementer fields, or "" (naming the key)."""
     if spec.implementer not in IMPLEMENTERS:
         return (f"implementer must be 'anthropic' (or unset for a `run` command), "
                 f"got {spec.implementer!r}")
@@ -187,8 +187,8 @@ def has_judge(spec: Any) -> bool:
 
 
 def judge_fields_problem(spec: TaskSpec) -> str:
-    """What is wrong with a task's judge fields, or "": a judge is either Claude
-    (`judge = "anthropic"`) or a command (`judge_run`), never both."""
+    """What is wrong with a task's judge fields, or "": Claude (`judge = "anthropic"`) or a command
+    (`judge_run`), never both."""
     if not isinstance(spec.judge, str) or spec.judge not in ("", ANTHROPIC):
         return f"judge must be 'anthropic' (or use judge_run = COMMAND), got {spec.judge!r}"
     if not isinstance(spec.judge_run, str):

@@ -1,9 +1,5 @@
 """Wire types of boards by reference and the run store: a stored board's reference, its pages, and
-batches of outcomes on their way to the run store.
-
-Each is bounded by construction: a page carries at most `max_bytes` of tasks, a batch at most what
-the orchestrator puts in it, so no payload in a run's history grows with the board.
-"""
+batches of outcomes, each bounded so no payload in a run's history grows with the board."""
 
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
@@ -12,8 +8,8 @@ from taskfleet.core.models.orchestrator import Board, BoardPage, RefusedTask, Ta
 from taskfleet.core.models.paging import BoardReference, PagingState  # noqa: F401 - re-exported
 
 PAGE_MAX_TASKS = 500
-PAGE_MAX_BYTES = 128 * 1024  # of task specs in one page: half the 256 KB every payload stays under
-TASK_MAX_BYTES = 224 * 1024  # one task's spec as JSON (its own payload stays under 256 KB); a bigger one fails alone
+PAGE_MAX_BYTES = 128 * 1024  # tasks in one page: half the 256 KB payload limit
+TASK_MAX_BYTES = 224 * 1024  # one task's spec as JSON; a bigger one fails alone
 REASON_MAX_CHARS = 300
 RECORD_BATCH_OUTCOMES = 200  # outcomes per append to the run store
 RESULT_MAX_TASKS = 1000  # a run's result lists its tasks up to this many; past it, the store does
@@ -32,8 +28,8 @@ class BoardPageRequest:
 
 @dataclass
 class StoreBoardInput:
-    """A board that came inline (started by hand with JSON): the workflow stores it once, then
-    reads it by reference like any other, so continue-as-new never carries its tasks."""
+    """A board started inline by hand: stored once, then read by reference, so continue-as-new never
+    carries its tasks."""
 
     repo: str
     board: Board
@@ -47,7 +43,7 @@ class OutcomeBatch:
     run_ref: str
     batch_id: str
     outcomes: list[TaskOutcome] = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)  # each outcome's row on the board (stored as `row`)
+    rows: list[int] = field(default_factory=list)  # each outcome's board row (stored as `row`)
 
 
 @dataclass
@@ -70,4 +66,4 @@ class ReadOutcomesRequest:
 @dataclass
 class OutcomePage:
     outcomes: list[TaskOutcome] = field(default_factory=list)  # in board order
-    complete: bool = True  # False: the store holds more than the request's limits (none listed)
+    complete: bool = True  # False: more than the request's limits (none listed)

@@ -1,11 +1,7 @@
-"""Wire types of git batching: ops, batches, outcomes, `GitBatchWorkflow` state and queries.
+"""Wire types of git batching: ops, batches, outcomes, `GitBatchWorkflow` state and queries. Plain
+dataclasses with defaults: a field can be added without breaking older callers."""
 
-Plain dataclasses with defaults, so a field can be added later without breaking a caller that sends
-an older shape, and `temporal` CLI users can read them as JSON.
-"""
-
-# No `from __future__ import annotations` here: the data converter resolves these hints on every
-# payload, and real (not string) annotations make that several times cheaper on the hot path.
+# No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -23,12 +19,8 @@ OUTCOME_UP_TO_DATE = "up_to_date"
 OUTCOME_FAILED = "failed"
 @dataclass
 class GitOp:
-    """One git operation queued on a `GitBatchWorkflow`.
-
-    commit: stage `files` (all changes when empty) in `worktree` and commit on `branch`.
-    merge: merge `branch` into `target` (default: the remote's default branch).
-    push: push `branch` as it is.
-    """
+    """One git op: commit (`files`, or all changes, in `worktree` on `branch`), merge (`branch` into
+    `target`, default the remote's default branch) or push (`branch` as it is)."""
 
     op_type: str
     branch: str
@@ -38,11 +30,11 @@ class GitOp:
     worktree: str = ""
     target: str = ""
     reply_to: str = ""
-    # push: replace the remote branch even when it moved elsewhere, if it is still where this
-    # clone last saw it (--force-with-lease). For branches taskfleet owns, such as task branches.
+    # push: --force-with-lease (replace the remote branch if it is where this clone last saw it),
+    # for branches taskfleet owns such as task branches.
     force: bool = False
-    # push/merge: the commit `branch` must be at in the clone when the batch applies; otherwise this
-    # op fails (and only this op), so a branch moved since its task committed never lands. Empty: no check.
+    # push/merge: the commit `branch` must be at when the batch applies, else this op alone fails (a
+    # branch moved since its task committed never lands). Empty: no check.
     expect_commit: str = ""
     # Set by the workflow when the op is accepted (ISO-8601, workflow time).
     enqueued_at: str = ""
@@ -59,14 +51,13 @@ class GitBatchConfig:
     atomic: bool = False
     # How long a push may go without a heartbeat before the server retries it on another worker.
     heartbeat_timeout_seconds: float = 30.0
-    # Test hook: continue-as-new once history passes this many events (0 = server's suggestion only).
+    # Test hook: continue-as-new past this many events (0: the server's suggestion only).
     max_history_events: int = 0
 
 
 @dataclass
 class RejectedOp:
-    """A message the batcher refused. `op` is a bounded preview of what was sent (depth, items and
-    string lengths capped; a few hundred bytes at most), never the raw payload."""
+    """A message the batcher refused; `op` is a bounded preview, never the raw payload."""
 
     op: Any
     reason: str
@@ -84,10 +75,8 @@ class OpOutcome:
     reason: str = ""
     commit: str = ""
     ref: str = ""
-    # The commit of `branch` that landed, so a caller knows what landed without asking git.
-    # push/commit: the remote ref's new value as the push reported it (the remote's current value
-    # for up_to_date); merge: the merged branch's tip (the target's new value is in `commit`).
-    # Empty when the op failed.
+    # The commit of `branch` that landed (push/commit: the remote ref's value; merge: the merged
+    # branch's tip, the target's being `commit`); empty when the op failed.
     branch_commit: str = ""
 
 
@@ -106,11 +95,7 @@ class GitBatch:
 
 @dataclass
 class BatchResult:
-    """What `flush_now` and `retry` return: the fate of the batch(es) that call cut.
-
-    `status` is `completed` when every batch completed, `failed` when one failed, `empty` when there
-    was nothing to flush.
-    """
+    """What `flush_now` and `retry` return: `status` completed, failed (a batch failed) or empty."""
 
     batch_id: str
     status: str
@@ -159,8 +144,7 @@ class GitOpsLanded:
 
 
 def outcomes_by_listener(ops: list[GitOp], outcomes: list[OpOutcome]) -> dict[str, list[OpOutcome]]:
-    """Outcomes grouped by the `reply_to` of their ops (ops without one are left out): one
-    `git_ops_landed` signal per listener, from the push activity or the batcher."""
+    """Outcomes by their ops' `reply_to` (none: left out): one signal per listener."""
     reply_to = {op.id: op.reply_to for op in ops}
     by_listener: dict[str, list[OpOutcome]] = {}
     for outcome in outcomes:
@@ -198,7 +182,7 @@ class PushBatchOutput:
 
 @dataclass
 class GitBatchState:
-    """Everything a `GitBatchWorkflow` carries across continue-as-new: nothing accepted is dropped."""
+    """All a `GitBatchWorkflow` carries across continue-as-new: nothing accepted is dropped."""
 
     queue: list[GitOp] = field(default_factory=list)
     pending_batches: list[GitBatch] = field(default_factory=list)

@@ -1,17 +1,13 @@
-"""Wire types of the lease lock: requests, grants, the `holders` query and `LeaseLockWorkflow` state.
+"""Wire types of the lease lock: requests, grants, the `holders` query and `LeaseLockWorkflow`
+state. Plain dataclasses with defaults, so fields can be added without breaking older callers."""
 
-Plain dataclasses with defaults, so fields can be added later without breaking callers that send an
-older shape, and `temporal` CLI users can read (and type) them as JSON.
-"""
-
-# No `from __future__ import annotations` here: the data converter resolves these hints on every
-# payload, and real (not string) annotations make that several times cheaper on the hot path.
+# No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 # Statuses of a `LeaseGrant` (plain names, as the seed's).
 LEASE_GRANTED = "granted"  # you hold the lease: act under `token`, renew before `expires_at`
-LEASE_WAITING = "waiting"  # you are queued at `position`: ask again (same holder) to keep your place
+LEASE_WAITING = "waiting"  # you are queued at `position`: ask again to keep your place
 LEASE_LOST = "lost"  # renew/release of a lease you no longer hold (expired, or another token)
 LEASE_RELEASED = "released"  # release of the lease you held, or of your place in the queue
 LEASE_NOT_HELD = "not_held"  # release by someone who neither holds nor waits
@@ -20,8 +16,8 @@ LEASE_REJECTED = "rejected"  # the message was malformed (`reason` says how); no
 DEFAULT_LEASE_SECONDS = 30.0
 MIN_LEASE_SECONDS = 0.5
 MAX_LEASE_SECONDS = 24 * 3600.0
-# One `acquire` update waits at most this long in the workflow, then answers `waiting`; the client
-# asks again. Bounded so updates finish (continue-as-new waits for them) and dead waiters are found.
+# An `acquire` update waits at most this long, then answers `waiting` and the client asks again: so
+# updates finish (continue-as-new waits for them) and dead waiters are found.
 MAX_WAIT_SECONDS = 60.0
 MAX_HOLDER_CHARS = 200
 MAX_TOKEN = 2**53  # tokens stay exact in JSON
@@ -32,30 +28,29 @@ class LeaseLockConfig:
     """Start input of `LeaseLockWorkflow`: the resource it guards (any string naming it)."""
 
     resource: str
-    # Test hook: continue-as-new once history passes this many events (0 = server's suggestion only).
+    # Test hook: continue-as-new past this many events (0: the server's suggestion only).
     max_history_events: int = 0
-    # More waiters than this are refused (a runaway client cannot grow the state without bound).
+    # More waiters are refused: a runaway client cannot grow the state without bound.
     max_waiters: int = 1_000
-    # A waiter with no `acquire` call in the workflow for this long is dropped from the queue. Well
-    # above a call's wait: the server admits only so many updates per workflow at once (10 by
-    # default), so past ten waiters some wait a turn for their next call to be admitted.
+    # A waiter with no `acquire` call in the workflow this long is dropped. Well above a call's
+    # wait: the server admits ~10 updates per workflow at once, so past ten waiters some wait a
+    # turn.
     waiter_grace_seconds: float = 30.0
-    # > 0: the workflow ends after this long free with nobody waiting (for short-lived resources,
-    # such as one worker's presence; a later acquire starts it again, its tokens from 1).
+    # > 0: end after this long free with nobody waiting (short-lived resources such as a presence; a
+    # later acquire starts it again, tokens from 1).
     close_after_idle_seconds: float = 0.0
 
 
 @dataclass
 class AcquireRequest:
-    """Input of `acquire`. `holder` names the acquirer and is its identity: asking again with the
-    same holder is the same request (idempotent), so a retried or repeated call keeps its place."""
+    """Input of `acquire`. `holder` is the acquirer's identity: asking again with it is the same
+    request, so a retried call keeps its place."""
 
     holder: str
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     # How long this call may wait in the workflow before answering `waiting` (0: answer at once).
     wait_seconds: float = 5.0
-    # The highest token the caller's fence has seen: this lock grants only above it from now on (a
-    # lock whose history is new would otherwise count from 1, below what the fence refuses).
+    # The caller's fence's highest token: grant only above it (a new lock history counts from 1).
     min_token: int = 0
 
 
