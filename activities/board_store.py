@@ -51,8 +51,8 @@ class BoardStoreActivities:
     async def load_board_page(self, request: BoardPageRequest) -> BoardPage:
         """Rows from `request.start`, validated one by one: a bad row is refused with its line."""
         if request.start < 0 or request.max_tasks < 1 or request.max_bytes < 1:
-            raise ApplicationError(f"bad page request {request.start}+{request.max_tasks}", type="BoardStoreError",
-                                   non_retryable=True)
+            raise ApplicationError(f"bad page request {request.start}+{request.max_tasks}",
+                                   type="BoardStoreError", non_retryable=True)
         try:
             return await asyncio.to_thread(read_page, request)
         except BoardStoreError as err:
@@ -77,9 +77,8 @@ class BoardStoreActivities:
     async def read_outcomes(self, request: ReadOutcomesRequest) -> OutcomePage:
         """A small run's outcomes in board order, for its result; a big run's stay in the store."""
         try:
-            found, complete = await asyncio.to_thread(
-                read_outcomes, request.repo, request.run_ref, request.max_outcomes, request.max_bytes
-            )
+            found, complete = await asyncio.to_thread(read_outcomes, request.repo, request.run_ref,
+                                                      request.max_outcomes, request.max_bytes)
         except RunStoreError as err:
             raise ApplicationError(str(err), type="RunStoreError") from None
         found.sort(key=lambda o: o.get("row", -1))

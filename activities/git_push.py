@@ -37,17 +37,13 @@ def open_repo(path: str, remote: str) -> Repo:
     try:
         repo = Repo(path)
     except (InvalidGitRepositoryError, NoSuchPathError):
-        raise ApplicationError(
-            f"repo {path} is not a git clone on this worker; start the batcher with the clone's path",
-            type="InvalidRepository",
-            non_retryable=True,
-        ) from None
+        raise ApplicationError(f"repo {path} is not a git clone on this worker; start the batcher "
+                               "with the clone's path", type="InvalidRepository",
+                               non_retryable=True) from None
     if remote not in [r.name for r in repo.remotes]:
-        raise ApplicationError(
-            f"repo {path} has no remote {remote!r} (it has: {', '.join(r.name for r in repo.remotes) or 'none'})",
-            type="InvalidRepository",
-            non_retryable=True,
-        )
+        raise ApplicationError(f"repo {path} has no remote {remote!r} (it has: "
+                               f"{', '.join(r.name for r in repo.remotes) or 'none'})",
+                               type="InvalidRepository", non_retryable=True)
     return repo
 
 
@@ -71,15 +67,18 @@ def push_refs(
     refspecs = [f"{ref}:{ref}" for ref in refs]
     options: dict = {"atomic": atomic}
     if leased:
-        options["force_with_lease"] = [f"{ref}:{_seen_on_remote(repo, remote, ref)}" for ref in leased]
+        options["force_with_lease"] = [f"{ref}:{_seen_on_remote(repo, remote, ref)}"
+                                       for ref in leased]
     try:
         infos = repo.remote(remote).push(refspecs, **options)
     except GitCommandError as err:
         detail = (err.stderr or str(err)).strip()
-        raise ApplicationError(f"git push to {remote} failed: {detail}", type="PushFailed") from None
+        raise ApplicationError(f"git push to {remote} failed: {detail}",
+                               type="PushFailed") from None
     results = {info.remote_ref_string: info for info in infos}
     for info in infos:
-        if info.flags & _FAILED_FLAGS and any(m in (info.summary or "") for m in _TRANSIENT_MARKERS):
+        if (info.flags & _FAILED_FLAGS
+                and any(m in (info.summary or "") for m in _TRANSIENT_MARKERS)):
             raise ApplicationError(
                 f"remote ref lock race on {info.remote_ref_string}: {info.summary.strip()}",
                 type="PushRace",
@@ -92,7 +91,8 @@ def _seen_on_remote(repo: Repo, remote: str, ref: str) -> str:
     return ref_commit(repo, ref.replace("refs/heads/", f"refs/remotes/{remote}/", 1)) or ""
 
 
-def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: dict[str, Applied]) -> dict[str, str]:
+def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo],
+                  applied: dict[str, Applied]) -> dict[str, str]:
     """Each pushed ref's value on the remote (an op's `branch_commit`): its tracking ref, checked
     against the summary's `old..new`; else the value sent, if the summary confirms it."""
     ok = {ref: info for ref, info in infos.items() if not info.flags & _FAILED_FLAGS}
@@ -107,7 +107,8 @@ def pushed_values(repo: Repo, remote: str, infos: dict[str, PushInfo], applied: 
     for ref, info in ok.items():
         reported = _summary_new(info)
         # Up to date: the remote already holds exactly what was offered.
-        value = sent.get(ref, "") if info.flags & PushInfo.UP_TO_DATE else found.get(tracking[ref]) or sent.get(ref, "")
+        value = (sent.get(ref, "") if info.flags & PushInfo.UP_TO_DATE
+                 else found.get(tracking[ref]) or sent.get(ref, ""))
         if value and (not reported or value.startswith(reported)):
             values[ref] = value
     return values
@@ -135,7 +136,8 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
         result = results[op.id]
         if isinstance(result, OpFailed):
             failures[op.id] = str(result)
-            activity.logger.warning("op %s (%s %s) failed: %s", op.id, op.op_type, op.branch, result)
+            activity.logger.warning("op %s (%s %s) failed: %s", op.id, op.op_type,
+                                    op.branch, result)
             continue
         applied[op.id] = result
         if result.ref not in refs:
@@ -146,7 +148,8 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
     on_remote = pushed_values(repo, params.remote, push_results, applied)
     outcomes: list[OpOutcome] = []
     for op in params.ops:
-        outcome = OpOutcome(op_id=op.id, op_type=op.op_type, branch=op.branch, status=OUTCOME_FAILED)
+        outcome = OpOutcome(op_id=op.id, op_type=op.op_type, branch=op.branch,
+                            status=OUTCOME_FAILED)
         if op.id in failures:
             outcome.reason = failures[op.id]
         else:
@@ -225,12 +228,14 @@ async def tell_listeners(params: PushBatchInput, result: PushBatchOutput) -> lis
     async def tell(listener: str, outcomes: list[OpOutcome]) -> bool:
         message = GitOpsLanded(params.batch_id, params.repo, params.remote, outcomes)
         try:
-            await asyncio.wait_for(client.get_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message),
-                                   NOTIFY_TIMEOUT_SECONDS)
+            await asyncio.wait_for(client.get_workflow_handle(listener).signal(
+                SIGNAL_GIT_OPS_LANDED, message), NOTIFY_TIMEOUT_SECONDS)
         except Exception as err:  # noqa: BLE001 - the batcher tells it instead
-            activity.logger.info("could not tell %s about %s (the batcher will): %s", listener, params.batch_id, err)
+            activity.logger.info("could not tell %s about %s (the batcher will): %s", listener,
+                                 params.batch_id, err)
             return False
         return True
 
-    told = await asyncio.gather(*(tell(listener, outcomes) for listener, outcomes in by_listener.items()))
+    told = await asyncio.gather(
+        *(tell(listener, outcomes) for listener, outcomes in by_listener.items()))
     return [listener for listener, ok in zip(by_listener, told) if ok]

@@ -40,7 +40,8 @@ def validate_query(q: LessonQuery) -> None:
 
 def validate_lesson(lesson: Lesson) -> None:
     for f in fields(Lesson):
-        if f.name not in ("times_seen", "metadata") and not isinstance(getattr(lesson, f.name), str):
+        if (f.name not in ("times_seen", "metadata")
+                and not isinstance(getattr(lesson, f.name), str)):
             raise _bad_input(f"lesson field {f.name!r} must be a string")
     if not lesson.failure_type or not (lesson.failure_msg or lesson.pattern):
         raise _bad_input("a lesson needs failure_type and failure_msg (or pattern)")

@@ -25,7 +25,8 @@ def clone_lease(coordination_queue: str):
     coordination queue), fenced; given back by signal, so the claim need not wait."""
 
     def hold(folder: Path):
-        lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30, task_queue=coordination_queue)
+        lock = LeaseLock.for_activity(f"branch-claims:{folder}", lease_seconds=30,
+                                      task_queue=coordination_queue)
         return lock.hold(fence=Fence(folder / ".fence"), wait_release=False)
 
     return hold
@@ -49,11 +50,13 @@ class RunCheckActivities:
                     return False
                 raise
             info = described.raw_description.workflow_execution_info
-            return described.status == WorkflowExecutionStatus.RUNNING and info.first_run_id == first_run_id
+            return (described.status == WorkflowExecutionStatus.RUNNING
+                    and info.first_run_id == first_run_id)
 
         lease = clone_lease(self.settings.coordination_task_queue)
         try:
-            return await self.claims.claim(claim, is_running, lambda: activity.heartbeat("claiming"), lease)
+            return await self.claims.claim(claim, is_running,
+                                           lambda: activity.heartbeat("claiming"), lease)
         except (BranchesHeld, NotAClone) as err:
             raise ApplicationError(str(err), type="BranchesHeld", non_retryable=True) from None
         except NoWorker as err:

@@ -42,7 +42,8 @@ def _commit_env(path: str | Path) -> dict[str, str]:
 def on_branch_at(worktree: Path, branch: str, commit: str) -> bool:
     """Whether HEAD is the branch and the branch is at `commit` (read from files)."""
     try:
-        return head_branch(worktree) == branch and resolve(str(worktree), branch, None, required=False) == commit
+        return (head_branch(worktree) == branch
+                and resolve(str(worktree), branch, None, required=False) == commit)
     except (OSError, RefWriteRefused, OpFailed):
         return False
 
@@ -58,26 +59,27 @@ async def commit_work(
     if on_branch_at(worktree, branch, base_commit):
         # The common case: one `git commit` writes tree, commit and branch; no hook runs (as with
         # commit-tree) and the message is kept verbatim.
-        await git(worktree, "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "--allow-empty",
-                  "--cleanup=verbatim", *message, env=env, heartbeat=heartbeat)
+        await git(worktree, "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify",
+                  "--allow-empty", "--cleanup=verbatim", *message, env=env, heartbeat=heartbeat)
         return resolve(str(worktree), branch, None)
     tree = await git(worktree, "write-tree", heartbeat=heartbeat)
     head = (await git_run(worktree, "rev-parse", "--verify", "-q", "HEAD^{commit}")).out.strip()
     parent = base_commit
     if head and head != base_commit:
         if (await git_run(worktree, "merge-base", "--is-ancestor", base_commit, head)).code != 0:
-            where = (await git_run(worktree, "symbolic-ref", "-q", "--short", "HEAD")).out.strip() or "a detached HEAD"
+            where = ((await git_run(worktree, "symbolic-ref", "-q", "--short", "HEAD")).out.strip()
+                     or "a detached HEAD")
             raise CommitRefused(
-                f"the executor left the worktree on {where} at {head[:12]}, which does not contain the base "
-                f"{base_commit[:12]}; nothing was committed on {branch}"
-            )
+                f"the executor left the worktree on {where} at {head[:12]}, which does not contain "
+                f"the base {base_commit[:12]}; nothing was committed on {branch}")
         parent = head  # keep the executor's own commits
     commit = await git(worktree, "commit-tree", tree, "-p", parent, *message, env=env)
     await git(worktree, "update-ref", "-m", f"taskfleet: {task_id}", f"refs/heads/{branch}", commit)
     return commit
 
 
-async def commit_from_cache(repo: str, cached_commit: str, worktree: Worktree, task_id: str, run_key: str) -> str:
+async def commit_from_cache(repo: str, cached_commit: str, worktree: Worktree, task_id: str,
+                            run_key: str) -> str:
     """A cached result's commit made again on today's base (same tree: the cache is keyed by it); ""
     when unusable. Never pushed on the old base."""
     ran = await git_run(repo, "rev-parse", f"{cached_commit}^{{commit}}", f"{cached_commit}^",
@@ -87,13 +89,15 @@ async def commit_from_cache(repo: str, cached_commit: str, worktree: Worktree, t
         return ""  # the commit is not in this clone: run the task after all
     commit, parent, tree = lines
     if parent != worktree.base_commit:
-        message = (await git(repo, "log", "-1", "--format=%B", commit)).split(f"\n\n{TASK_TRAILER}:")[0]
+        message = (await git(repo, "log", "-1", "--format=%B", commit)).split(
+            f"\n\n{TASK_TRAILER}:")[0]
         commit = await git(
             repo, "commit-tree", tree, "-p", worktree.base_commit, "-m", message or task_id,
             "-m", _trailers(task_id, run_key), env=_commit_env(repo),
         )
     # `reset --hard` points the task branch (checked out here) at the commit.
-    return commit if (await git_run(worktree.path, "reset", "-q", "--hard", commit)).code == 0 else ""
+    return (commit if (await git_run(worktree.path, "reset", "-q", "--hard", commit)).code == 0
+            else "")
 
 
 class TreeIds:

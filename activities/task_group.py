@@ -28,13 +28,14 @@ class TaskGroupActivities:
 
     @activity.defn(name=ACTIVITY_RUN_TASK_GROUP)
     async def run_task_group(self, group: TaskGroupInput) -> TaskGroupResult:
-        activity.logger.info("group of %d tasks from %s", len(group.tasks), group.tasks[0].id if group.tasks else "-")
+        activity.logger.info("group of %d tasks from %s", len(group.tasks),
+                             group.tasks[0].id if group.tasks else "-")
         # return_exceptions: a cancelled group waits until every task has stopped its processes.
-        results = await asyncio.gather(*(self._one(group, task) for task in group.tasks), return_exceptions=True)
-        return TaskGroupResult(results=[
-            r if isinstance(r, TaskResult) else TaskResult(id=t.id, status=TASK_FAILED, reason=root_cause_message(r))
-            for r, t in zip(results, group.tasks)
-        ])
+        results = await asyncio.gather(*(self._one(group, task) for task in group.tasks),
+                                       return_exceptions=True)
+        return TaskGroupResult(results=[r if isinstance(r, TaskResult) else TaskResult(
+            id=t.id, status=TASK_FAILED, reason=root_cause_message(r))
+                                        for r, t in zip(results, group.tasks)])
 
     async def _one(self, group: TaskGroupInput, task: TaskSpec) -> TaskResult:
         if task.worktree:

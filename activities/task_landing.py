@@ -55,9 +55,9 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
 
     async def send(ops: list[dict]) -> object:
         async def start(options: dict) -> object:
-            return await client.start_workflow(
-                GIT_BATCH_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[ops], **options
-            )
+            return await client.start_workflow(GIT_BATCH_WORKFLOW, config,
+                                               start_signal=SIGNAL_ENQUEUE,
+                                               start_signal_args=[ops], **options)
 
         return await with_start_options(start, config, params.git_task_queue)
 
@@ -68,5 +68,6 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
         # does not know.
         await client.get_workflow_handle(batcher).signal(SIGNAL_FLUSH, {FLUSH_AFTER: together})
 
-    await outbox().send(batcher, op_payload(op), send, flush=(tuple(together), flush) if together else None)
+    await outbox().send(batcher, op_payload(op), send,
+                        flush=(tuple(together), flush) if together else None)
     result.landing_op_id = op.id

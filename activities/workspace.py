@@ -70,15 +70,18 @@ class Workspace:
     async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
         """A retry: whatever an earlier attempt of this task still runs on this machine is killed
         before this attempt starts anything."""
-        killing = asyncio.ensure_future(asyncio.to_thread(kill_task_processes, task_key(run_key, task_id)))
+        killing = asyncio.ensure_future(
+            asyncio.to_thread(kill_task_processes, task_key(run_key, task_id)))
         while not (await asyncio.wait({killing}, timeout=1.0))[0]:
             activity.heartbeat(task_id)  # a kill may wait seconds for a process to go
         killed = killing.result()
         if killed:
-            activity.logger.warning("task %s: killed %d process(es) an earlier attempt left running", task_id, killed)
+            activity.logger.warning(
+                "task %s: killed %d process(es) an earlier attempt left running", task_id, killed)
 
     @asynccontextmanager
-    async def checkout(self, repo: str, branch: str | None, commit: str, heartbeat: Heartbeat) -> AsyncIterator[Worktree]:
+    async def checkout(self, repo: str, branch: str | None, commit: str,
+                       heartbeat: Heartbeat) -> AsyncIterator[Worktree]:
         """A pooled worktree at `commit`, on `branch` (None: detached), given back on every path."""
         worktree = await (self.worktrees.take(repo, branch, commit, heartbeat) if branch is not None
                           else self.worktrees.take_detached(repo, commit, heartbeat))
@@ -88,16 +91,18 @@ class Workspace:
             self.worktrees.give_back(worktree)
 
     @asynccontextmanager
-    async def commands(self, heartbeat: Heartbeat, extra_env: dict[str, str] | None = None) -> AsyncIterator[RunCommand]:
+    async def commands(self, heartbeat: Heartbeat,
+                       extra_env: dict[str, str] | None = None) -> AsyncIterator[RunCommand]:
         """A `run` for commands sharing a token (each group recorded under it); when the block ends,
         whatever still carries the token is stopped."""
         token = self.executors.new_token()
 
-        async def run(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, timeout: float, label: str,
-                      **options: Any) -> CommandResult:
-            return await run_command(command, cwd, {**env, **(extra_env or {}), TOKEN_VARIABLE: token}, log, timeout,
-                                     heartbeat, label, on_start=lambda pgid: self.executors.record(token, pgid),
-                                     **options)
+        async def run(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, timeout: float,
+                      label: str, **options: Any) -> CommandResult:
+            return await run_command(
+                command, cwd, {**env, **(extra_env or {}), TOKEN_VARIABLE: token}, log,
+                timeout, heartbeat, label,
+                on_start=lambda pgid: self.executors.record(token, pgid), **options)
         try:
             yield run
         finally:
@@ -112,6 +117,7 @@ class Workspace:
         try:
             await self.stragglers.stop(token)
         except Exception as err:  # noqa: BLE001 - the step's own result stands
-            activity.logger.warning("could not stop what a command left running (token %s): %s", token, err)
+            activity.logger.warning("could not stop what a command left running (token %s): %s",
+                                    token, err)
             return
         self.executors.forget(token)

@@ -29,13 +29,14 @@ _RUNNING: dict[tuple[int, str, str], _Shared] = {}
 
 
 @asynccontextmanager
-async def coordination_worker(client: Client, queue: str, runner: WorkflowRunner) -> AsyncIterator[None]:
+async def coordination_worker(client: Client, queue: str,
+                              runner: WorkflowRunner) -> AsyncIterator[None]:
     """Poll `queue` for the lease locks while inside (shared by this client's taskfleet workers)."""
     key = (id(client), client.namespace, queue)
     shared = _RUNNING.get(key)
     if shared is None:
-        shared = _RUNNING[key] = _Shared(Worker(client, task_queue=queue, workflows=[LeaseLockWorkflow],
-                                                workflow_runner=runner))
+        shared = _RUNNING[key] = _Shared(
+            Worker(client, task_queue=queue, workflows=[LeaseLockWorkflow], workflow_runner=runner))
         shared.users += 1
         try:
             await shared.worker.__aenter__()

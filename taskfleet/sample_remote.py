@@ -36,7 +36,8 @@ class SampleRemote:
         hook.chmod(0o755)
 
 
-def seed_remote(root: Path, seed_from: Path | None = None, message: str = "seed") -> tuple[Path, Path, Path]:
+def seed_remote(root: Path, seed_from: Path | None = None,
+                message: str = "seed") -> tuple[Path, Path, Path]:
     """A bare remote at `root/remote.git` whose `main` holds `seed_from`'s files (or two small
     files), and its clone at `root/clone`; returns (clone, remote, push log path)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -52,13 +53,15 @@ def seed_remote(root: Path, seed_from: Path | None = None, message: str = "seed"
     git(seed, "init", "-q", "-b", "main")
     git(seed, "add", "-A")
     # An identity for machines that have none configured (the environment still wins).
-    git(seed, "-c", "user.name=taskfleet", "-c", "user.email=taskfleet@localhost", "commit", "-q", "-m", message)
+    git(seed, "-c", "user.name=taskfleet", "-c", "user.email=taskfleet@localhost", "commit",
+        "-q", "-m", message)
     git(seed, "push", "-q", str(remote), "main")
     git(root, "clone", "-q", str(remote), str(clone))
     return clone, remote, push_log
 
 
-def make_sample_remote(root: Path, seed_from: Path | None = None, message: str = "seed") -> SampleRemote:
+def make_sample_remote(root: Path, seed_from: Path | None = None,
+                       message: str = "seed") -> SampleRemote:
     sample = SampleRemote(*seed_remote(root, seed_from, message))
     # Installed after the seed push, so only the pushes that follow are counted.
     sample.install_hook("pre-receive", f'cat > /dev/null\necho push >> "{sample.push_log}"\n')

@@ -16,7 +16,8 @@ UNSPECIFIED = 0  # temporal.api.enums.v1.VersioningBehavior.VERSIONING_BEHAVIOR_
 
 def uses_worker_versioning(config: WorkerConfig) -> bool:
     deployment = config.get("deployment_config")
-    return bool(config.get("use_worker_versioning")) or bool(deployment and deployment.use_worker_versioning)
+    return (bool(config.get("use_worker_versioning"))
+            or bool(deployment and deployment.use_worker_versioning))
 
 
 class _UnversionedInstance(WorkflowInstance):

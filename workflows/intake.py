@@ -57,9 +57,11 @@ def ids_to_carry(recent: list[str], keep: int, max_bytes: int) -> list[str]:
     return ids[::-1]
 
 
-def refusal(handler: str, args: tuple[Any, ...], reason: str, rejected: list[RejectedOp], keep: int) -> list[RejectedOp]:
+def refusal(handler: str, args: tuple[Any, ...], reason: str, rejected: list[RejectedOp],
+            keep: int) -> list[RejectedOp]:
     """`rejected` with a bounded preview of the refused message (never the raw payload) added."""
     reason = clip(reason, 500)
     workflow.logger.warning("%s refused: %s", handler, reason)
-    entry = RejectedOp(op=describe_args(args), reason=reason, at=workflow.now().isoformat(), handler=handler)
+    entry = RejectedOp(op=describe_args(args), reason=reason, at=workflow.now().isoformat(),
+                       handler=handler)
     return (rejected + [entry])[-keep:]

@@ -72,7 +72,8 @@ class LeaseLockWorkflow:
         # Parsed in code, not by the data converter: a bad start input must fail this run clearly,
         # not wedge its first workflow task.
         self.config, self.s, self._config_error = parse_start(
-            config, state, parse_config, lambda: LeaseLockConfig(resource="?"), LeaseLockState, InvalidLeaseMessage)
+            config, state, parse_config, lambda: LeaseLockConfig(resource="?"), LeaseLockState,
+            InvalidLeaseMessage)
         # acquire calls waiting in this run, per holder (a waiter with none is on its grace time)
         self._polls: dict[str, int] = {}
         self._draining = False  # continue-as-new is due: waiting calls answer `waiting`
@@ -84,7 +85,8 @@ class LeaseLockWorkflow:
     @workflow.run
     async def run(self, config: Any, state: Any = None) -> None:
         if self._config_error:
-            raise ApplicationError(f"bad LeaseLockWorkflow start input: {self._config_error}", non_retryable=True)
+            raise ApplicationError(f"bad LeaseLockWorkflow start input: {self._config_error}",
+                                   non_retryable=True)
         self._tick()
         self._refresh_details()
         while True:
@@ -92,10 +94,11 @@ class LeaseLockWorkflow:
             self._armed = deadline
             timeout = None
             if deadline is not None:
-                timeout = timedelta(seconds=max((deadline - workflow.now()).total_seconds(), 0.0) + 0.005)
+                timeout = timedelta(
+                    seconds=max((deadline - workflow.now()).total_seconds(), 0.0) + 0.005)
             try:
-                await workflow.wait_condition(
-                    lambda: self._rearm or continue_as_new_due(self.config.max_history_events), timeout=timeout)
+                await workflow.wait_condition(lambda: self._rearm or continue_as_new_due(
+                    self.config.max_history_events), timeout=timeout)
             except asyncio.TimeoutError:
                 pass
             self._rearm = False
@@ -124,7 +127,8 @@ class LeaseLockWorkflow:
 
     def _idle_long_enough(self) -> bool:
         limit = self.config.close_after_idle_seconds
-        if not limit or self.s.holder is not None or self.s.waiters or self._polls or not self.s.idle_since:
+        if (not limit or self.s.holder is not None or self.s.waiters or self._polls
+                or not self.s.idle_since):
             return False
         return workflow.now() >= _at(self.s.idle_since) + timedelta(seconds=limit)
 
@@ -132,8 +136,10 @@ class LeaseLockWorkflow:
         """The earliest moment something changes by itself: the lease ends, an idle waiter is
         dropped, or the idle lock closes."""
         moments = []
-        if self.config.close_after_idle_seconds and self.s.idle_since and self.s.holder is None and not self.s.waiters:
-            moments.append(_at(self.s.idle_since) + timedelta(seconds=self.config.close_after_idle_seconds))
+        if (self.config.close_after_idle_seconds and self.s.idle_since and self.s.holder is None
+                and not self.s.waiters):
+            moments.append(
+                _at(self.s.idle_since) + timedelta(seconds=self.config.close_after_idle_seconds))
         if self.s.holder is not None:
             moments.append(_at(self.s.holder.expires_at))
         grace = timedelta(seconds=self.config.waiter_grace_seconds)
@@ -203,7 +209,8 @@ class LeaseLockWorkflow:
                 since=h.since, expires_at=h.expires_at, lease_seconds=h.lease_seconds,
             )
         position = next((i + 1 for i, w in enumerate(self.s.waiters) if w.holder == holder), 0)
-        return LeaseGrant(status=status, resource=self.config.resource, holder=holder, position=position, reason=reason)
+        return LeaseGrant(status=status, resource=self.config.resource, holder=holder,
+                          position=position, reason=reason)
 
     def _waiter(self, holder: str) -> Optional[LeaseWaiter]:
         return next((w for w in self.s.waiters if w.holder == holder), None)
@@ -243,10 +250,9 @@ class LeaseLockWorkflow:
             self._enqueue(request)
             if not self._holds(holder) and request.wait_seconds > 0 and not self._draining:
                 try:
-                    await workflow.wait_condition(
-                        lambda: self._holds(holder) or self._draining or self._waiter(holder) is None,
-                        timeout=timedelta(seconds=request.wait_seconds),
-                    )
+                    await workflow.wait_condition(lambda: self._holds(holder) or self._draining
+                                                  or self._waiter(holder) is None,
+                                                  timeout=timedelta(seconds=request.wait_seconds))
                 except asyncio.TimeoutError:
                     pass
         finally:
@@ -261,14 +267,16 @@ class LeaseLockWorkflow:
             return self._answer(LEASE_GRANTED, holder)
         if self._waiter(holder) is not None:
             return self._answer(LEASE_WAITING, holder)
-        return self._answer(LEASE_RELEASED, holder, reason="your place in the queue was given up (release)")
+        return self._answer(LEASE_RELEASED, holder,
+                            reason="your place in the queue was given up (release)")
 
     def _enqueue(self, request: AcquireRequest) -> None:
         # A fence has seen tokens up to `min_token` (an earlier history of this lock, say): grant
         # above it.
         if request.min_token >= self.s.next_token:
-            workflow.logger.info("lock %s: tokens continue above %d, the highest its fence has seen",
-                                 self.config.resource, request.min_token)
+            workflow.logger.info(
+                "lock %s: tokens continue above %d, the highest its fence has seen",
+                self.config.resource, request.min_token)
             self.s.next_token = request.min_token + 1
         self._tick()
         if self._holds(request.holder):
@@ -276,7 +284,8 @@ class LeaseLockWorkflow:
         now = workflow.now().isoformat()
         waiter = self._waiter(request.holder)
         if waiter is None:
-            self.s.waiters.append(LeaseWaiter(request.holder, request.lease_seconds, queued_at=now, last_seen=now))
+            self.s.waiters.append(
+                LeaseWaiter(request.holder, request.lease_seconds, queued_at=now, last_seen=now))
         else:
             waiter.lease_seconds = request.lease_seconds
             waiter.last_seen = now
@@ -291,11 +300,9 @@ class LeaseLockWorkflow:
             raise _refused(err) from None
         known = self._holds(request.holder) or self._waiter(request.holder) is not None
         if not known and len(self.s.waiters) >= self.config.max_waiters:
-            raise ApplicationError(
-                f"lock {self.config.resource} has {len(self.s.waiters)} waiters already (max {self.config.max_waiters})",
-                type="TooManyWaiters",
-                non_retryable=True,
-            )
+            raise ApplicationError(f"lock {self.config.resource} has {len(self.s.waiters)} waiters "
+                                   f"already (max {self.config.max_waiters})",
+                                   type="TooManyWaiters", non_retryable=True)
 
     # --- renew ----------------------------------------------------------------------------------
 
@@ -307,10 +314,9 @@ class LeaseLockWorkflow:
             self._tick()
             h = self.s.holder
             now_held = f"held by {h.holder} with token {h.token}" if h else "free"
-            return LeaseGrant(
-                status=LEASE_LOST, resource=self.config.resource, holder=ref.holder, token=ref.token,
-                reason=f"token {ref.token} of {ref.holder} is not the current lease (the lock is {now_held})",
-            )
+            return LeaseGrant(status=LEASE_LOST, resource=self.config.resource, holder=ref.holder,
+                              token=ref.token, reason=f"token {ref.token} of {ref.holder} is not "
+                                                      f"the current lease (the lock is {now_held})")
         seconds = ref.lease_seconds or h.lease_seconds
         h.expires_at = (workflow.now() + timedelta(seconds=seconds)).isoformat()
         h.lease_seconds = seconds
@@ -331,7 +337,8 @@ class LeaseLockWorkflow:
         except Exception as err:  # noqa: BLE001 - raised out of a handler, it would wedge the lock
             return self._failed(name, args, err)
 
-    def _as_signal(self, name: str, args: Any, act: Callable[[LeaseRef], LeaseGrant]) -> Optional[LeaseGrant]:
+    def _as_signal(self, name: str, args: Any,
+                   act: Callable[[LeaseRef], LeaseGrant]) -> Optional[LeaseGrant]:
         """A signal's effect: a bad message is kept under `rejected` (a signal has no answer)."""
         try:
             return act(parse_lease_ref(args, name))
@@ -373,17 +380,18 @@ class LeaseLockWorkflow:
             self.s.stats.releases += 1
             self._tick()  # the next waiter gets it now
             self._refresh_details()
-            return LeaseGrant(status=LEASE_RELEASED, resource=self.config.resource, holder=ref.holder, token=ref.token)
+            return LeaseGrant(status=LEASE_RELEASED, resource=self.config.resource,
+                              holder=ref.holder, token=ref.token)
         waiter = self._waiter(ref.holder)
         if waiter is not None and not ref.token:
             self.s.waiters.remove(waiter)
             self._tick()
             self._refresh_details()
-            return LeaseGrant(status=LEASE_RELEASED, resource=self.config.resource, holder=ref.holder)
-        return LeaseGrant(
-            status=LEASE_NOT_HELD, resource=self.config.resource, holder=ref.holder, token=ref.token,
-            reason=f"{ref.holder} holds no lease with token {ref.token} here",
-        )
+            return LeaseGrant(status=LEASE_RELEASED, resource=self.config.resource,
+                              holder=ref.holder)
+        return LeaseGrant(status=LEASE_NOT_HELD, resource=self.config.resource, holder=ref.holder,
+                          token=ref.token,
+                          reason=f"{ref.holder} holds no lease with token {ref.token} here")
 
     @workflow.update(name=UPDATE_RELEASE)
     def release(self, *args: Any) -> LeaseGrant:
@@ -420,7 +428,8 @@ class LeaseLockWorkflow:
         if h is None:
             lines.append("- free")
         else:
-            lines.append(f"- held by `{h.holder}`, token {h.token}, since {h.since}, expires {h.expires_at}")
+            lines.append(
+                f"- held by `{h.holder}`, token {h.token}, since {h.since}, expires {h.expires_at}")
         lines.append(f"- waiters: {len(self.s.waiters)}")
         for i, w in enumerate(self.s.waiters[:DETAIL_WAITERS]):
             lines.append(f"  {i + 1}. `{w.holder}` (queued {w.queued_at})")

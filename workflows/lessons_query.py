@@ -28,12 +28,11 @@ class LessonsQueryWorkflow:
     @workflow.run
     async def run(self, query: Optional[LessonQuery] = None) -> LessonsAnswer:
         options = dict(start_to_close_timeout=timedelta(seconds=30))
-        stats = await workflow.execute_activity(
-            activity_name(ACTIVITY_LESSONS_STATS), result_type=LessonsStats, summary="lessons stats", **options
-        )
+        stats = await workflow.execute_activity(activity_name(
+            ACTIVITY_LESSONS_STATS), result_type=LessonsStats, summary="lessons stats", **options)
         if query is None:
             return LessonsAnswer(stats=stats)
-        matches = await workflow.execute_activity(
-            activity_name(ACTIVITY_QUERY_LESSONS), query, result_type=list[LessonMatch], summary="query lessons", **options
-        )
+        matches = await workflow.execute_activity(activity_name(ACTIVITY_QUERY_LESSONS), query,
+                                                  result_type=list[LessonMatch],
+                                                  summary="query lessons", **options)
         return LessonsAnswer(stats=stats, matches=matches)

@@ -29,8 +29,8 @@ def parse_state(raw: Any, kind: type[T]) -> T:
     return value_to_type(kind, raw)
 
 
-def parse_start(raw_config: Any, raw_state: Any, parse_config: Callable[[Any], T], blank: Callable[[], T],
-                state_kind: type[R], invalid: type[Exception]) -> tuple[T, R, str]:
+def parse_start(raw_config: Any, raw_state: Any, parse_config: Callable[[Any], T], blank: Callable[
+    [], T], state_kind: type[R], invalid: type[Exception]) -> tuple[T, R, str]:
     """The run's config and carried state, and why they cannot be used ("" when they can): a bad
     start input fails the run with that reason (a converter error would fail every task)."""
     error = ""
@@ -45,7 +45,8 @@ def parse_start(raw_config: Any, raw_state: Any, parse_config: Callable[[Any], T
     return config, state, error
 
 
-def one_item(args: tuple[Any, ...], what: str, parse: Callable[[Any], T], invalid: type[Exception]) -> T:
+def one_item(args: tuple[Any, ...], what: str, parse: Callable[[Any], T],
+             invalid: type[Exception]) -> T:
     """The one item in a message's arguments, or `invalid` saying what is wrong with them."""
     problem = args_problem(args, what)
     if problem:
@@ -150,4 +151,5 @@ def trim_to_bytes(items: list[R], max_bytes: int) -> list[R]:
 
 def show(title: str, lines: list[str], draining: bool = False) -> None:
     """The Web UI's current details: a bold title, then one line per figure."""
-    workflow.set_current_details("\n".join([title, "", *lines, *(["- continuing as new"] if draining else [])]))
+    workflow.set_current_details(
+        "\n".join([title, "", *lines, *(["- continuing as new"] if draining else [])]))

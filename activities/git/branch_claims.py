@@ -58,9 +58,8 @@ class BranchClaims:
     def __init__(self) -> None:
         self._locks = FileLocks()
 
-    async def claim(
-        self, claim: BranchClaim, is_running: IsRunning, heartbeat: Heartbeat = _nothing, guard: Optional[Guard] = None
-    ) -> int:
+    async def claim(self, claim: BranchClaim, is_running: IsRunning,
+                    heartbeat: Heartbeat = _nothing, guard: Optional[Guard] = None) -> int:
         """Take the branches for this run, or raise BranchesHeld; how many were taken over."""
         folder = claims_dir(claim.repo)
         folder.mkdir(parents=True, exist_ok=True)
@@ -73,9 +72,8 @@ class BranchClaims:
         finally:
             self._locks.release(folder / ".lock", handle)
 
-    async def _claim(
-        self, folder: Path, claim: BranchClaim, is_running: IsRunning, heartbeat: Heartbeat, check: Callable[[], None]
-    ) -> int:
+    async def _claim(self, folder: Path, claim: BranchClaim, is_running: IsRunning,
+                     heartbeat: Heartbeat, check: Callable[[], None]) -> int:
         me = {"workflow_id": claim.workflow_id, "first_run_id": claim.first_run_id}
         running = _Running(is_running, heartbeat)
         await self._sweep(folder, (claim.workflow_id, claim.first_run_id), running, check)
@@ -93,9 +91,8 @@ class BranchClaims:
                 more = f" and {len(branches) - 3} more" if len(branches) > 3 else ""
                 raise BranchesHeld(
                     f"branch(es) {', '.join(branches[:3])}{more} on {claim.repo} are held by run "
-                    f"{workflow_id} (run id {first_run_id}), which is still running; wait for it to "
-                    f"finish, cancel it, or give this board other branch names"
-                )
+                    f"{workflow_id} (run id {first_run_id}), which is still running; wait for it "
+                    "to finish, cancel it, or give this board other branch names")
         check()  # still the holder of the clone's lease, and no later token has written here
         ledger = _ledger(folder, claim.workflow_id, claim.first_run_id)
         ledger.parent.mkdir(exist_ok=True)
@@ -108,7 +105,8 @@ class BranchClaims:
             _file(folder, branch).write_text(json.dumps({"branch": branch, **me}))
         return sum(len(b) for b in holders.values())
 
-    async def _sweep(self, folder: Path, me: tuple[str, str], running: _Running, check: Callable[[], None]) -> None:
+    async def _sweep(self, folder: Path, me: tuple[str, str], running: _Running,
+                     check: Callable[[], None]) -> None:
         """Remove the claims of runs that are no longer running (under the clone's lease)."""
         ledgers = folder / LEDGERS
         if not ledgers.is_dir():
@@ -128,14 +126,16 @@ class BranchClaims:
                 _remove_if_held(folder / name, key)
             ledger.unlink(missing_ok=True)
 
-    async def _sweep_unledgered(self, folder: Path, running: _Running, check: Callable[[], None]) -> None:
+    async def _sweep_unledgered(self, folder: Path, running: _Running,
+                                check: Callable[[], None]) -> None:
         """A folder from before the ledgers: claims of stopped runs removed, the others put in their
         ledger."""
         by_run: dict[tuple[str, str], list[str]] = {}
         for path in folder.glob("*.json"):
             try:
                 held = json.loads(path.read_text())
-                by_run.setdefault((str(held["workflow_id"]), str(held["first_run_id"])), []).append(path.name)
+                by_run.setdefault((str(held["workflow_id"]), str(held["first_run_id"])),
+                                  []).append(path.name)
             except (OSError, ValueError, KeyError, TypeError):
                 path.unlink(missing_ok=True)
         check()
@@ -144,7 +144,8 @@ class BranchClaims:
             if await running(*key):
                 with open(_ledger(folder, *key), "a") as out:
                     if out.tell() == 0:
-                        out.write(json.dumps({"workflow_id": key[0], "first_run_id": key[1]}) + "\n")
+                        out.write(
+                            json.dumps({"workflow_id": key[0], "first_run_id": key[1]}) + "\n")
                     out.writelines(name + "\n" for name in names)
             else:
                 for name in names:

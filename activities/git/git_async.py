@@ -117,7 +117,8 @@ async def _git_once(
         os.close(err)
 
 
-async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None, heartbeat: Heartbeat = _nothing) -> str:
+async def git(cwd: str | Path, *args: str, env: dict[str, str] | None = None,
+              heartbeat: Heartbeat = _nothing) -> str:
     """`git args...` in `cwd`; its stripped output, or GitError."""
     ran = await git_run(cwd, *args, env=env, heartbeat=heartbeat)
     if ran.code != 0:
@@ -151,7 +152,8 @@ class FileLocks:
     def __init__(self) -> None:
         self._local: dict[Path, asyncio.Lock] = {}
 
-    async def acquire(self, path: Path, heartbeat: Heartbeat = _nothing, poll: float = 0.01) -> IO[bytes]:
+    async def acquire(self, path: Path, heartbeat: Heartbeat = _nothing,
+                      poll: float = 0.01) -> IO[bytes]:
         local = self._local.setdefault(path, asyncio.Lock())
         await local.acquire()
         try:

@@ -50,9 +50,8 @@ def check_expected(repo: Repo, op: GitOp) -> None:
     actual = ref_commit(repo, f"refs/heads/{op.branch}")
     if actual != op.expect_commit:
         raise OpFailed(
-            f"branch {op.branch} is at {actual or '(missing)'} in the clone, not at the expected commit "
-            f"{op.expect_commit}: it moved after the op was sent; nothing of it was pushed"
-        )
+            f"branch {op.branch} is at {actual or '(missing)'} in the clone, not at the expected "
+            f"commit {op.expect_commit}: it moved after the op was sent; nothing of it was pushed")
 
 
 # Commits of a batch run in parallel worktrees: an automatic gc started by one of them would race
@@ -139,7 +138,8 @@ class Checkout:
                     raise OSError
                 git_dir = (root / text[len("gitdir: ") :]).resolve()
             commondir = git_dir / "commondir"
-            common = (git_dir / commondir.read_text().strip()).resolve() if commondir.is_file() else git_dir.resolve()
+            common = ((git_dir / commondir.read_text().strip()).resolve() if commondir.is_file()
+                      else git_dir.resolve())
             head = (git_dir / "HEAD").read_text().strip()
         except OSError:
             raise OpFailed(f"worktree {path} is not a git checkout") from None
@@ -162,12 +162,12 @@ def _check_worktree(repo: Repo, op: GitOp) -> Checkout:
     """The op's worktree, once known to be a checkout of this clone on the op's branch."""
     checkout = Checkout.read(op.worktree)
     if checkout.common_dir != Path(repo.common_dir).resolve():
-        raise OpFailed(f"worktree {op.worktree} belongs to another repository than {repo.working_dir}")
+        raise OpFailed(
+            f"worktree {op.worktree} belongs to another repository than {repo.working_dir}")
     if checkout.branch != op.branch:
         raise OpFailed(
-            f"worktree {op.worktree} is on {checkout.branch or 'a detached HEAD'}, not on branch {op.branch}; "
-            f"run `git switch {op.branch}` there or send the right worktree"
-        )
+            f"worktree {op.worktree} is on {checkout.branch or 'a detached HEAD'}, not on branch "
+            f"{op.branch}; run `git switch {op.branch}` there or send the right worktree")
     root = checkout.root.resolve()
     for name in op.files:
         resolved = (root / name).resolve()
@@ -207,7 +207,8 @@ def _commit_in(repo: Repo, worktree: Repo, op: GitOp, first_attempt: bool) -> Ap
         if "nothing to commit" in out or "nothing added to commit" in out:
             if head is None:
                 raise OpFailed(f"nothing to commit on new branch {op.branch}")
-            return Applied(f"refs/heads/{op.branch}", head, made_commit=False, note="nothing to commit")
+            return Applied(f"refs/heads/{op.branch}", head, made_commit=False,
+                           note="nothing to commit")
         raise OpFailed(f"git commit failed: {(err or out).strip().splitlines()[-1]}")
     return Applied(f"refs/heads/{op.branch}", _head_sha(worktree) or "", made_commit=True)
 
@@ -220,13 +221,15 @@ def default_branch(repo: Repo, remote: str) -> str:
     except (GitCommandError, IndexError):
         pass
     for name in ("main", "master"):
-        if ref_commit(repo, f"refs/heads/{name}") or ref_commit(repo, f"refs/remotes/{remote}/{name}"):
+        if (ref_commit(repo, f"refs/heads/{name}")
+                or ref_commit(repo, f"refs/remotes/{remote}/{name}")):
             return name
     raise OpFailed(f"cannot tell the default branch of {remote}; give the op a 'target'")
 
 
 def _branch_commit(repo: Repo, remote: str, branch: str) -> str | None:
-    return ref_commit(repo, f"refs/heads/{branch}") or ref_commit(repo, f"refs/remotes/{remote}/{branch}")
+    return (ref_commit(repo, f"refs/heads/{branch}")
+            or ref_commit(repo, f"refs/remotes/{remote}/{branch}"))
 
 
 def _checked_out_at(repo: Repo, branch: str) -> Path | None:
@@ -252,7 +255,8 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
         raise OpFailed(f"branch {op.branch} does not exist in {repo.working_dir} nor on {remote}")
     base = _branch_commit(repo, remote, target)
     if not base:
-        raise OpFailed(f"target branch {target} does not exist in {repo.working_dir} nor on {remote}")
+        raise OpFailed(
+            f"target branch {target} does not exist in {repo.working_dir} nor on {remote}")
     ref = f"refs/heads/{target}"
     is_merged, _, _ = repo.git.merge_base(
         "--is-ancestor", source, base, with_exceptions=False, with_extended_output=True
@@ -260,7 +264,8 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
     if is_merged == 0:
         if not ref_commit(repo, ref):
             repo.git.update_ref(ref, base)
-        return Applied(ref, base, made_commit=False, note=f"{op.branch} already in {target}", branch_commit=source)
+        return Applied(ref, base, made_commit=False, note=f"{op.branch} already in {target}",
+                       branch_commit=source)
 
     status, out, err = repo.git.merge_tree(
         "--write-tree",
@@ -274,10 +279,9 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
     if status == 1:
         lines = out.splitlines()
         conflicted = sorted({line for line in lines[1:] if line.strip()})
-        raise OpFailed(
-            f"merging {op.branch} into {target} conflicts in: {', '.join(conflicted) or '(unknown)'}; "
-            f"rebase {op.branch} onto {target} and send the merge again"
-        )
+        raise OpFailed(f"merging {op.branch} into {target} conflicts in: "
+                       f"{', '.join(conflicted) or '(unknown)'}; rebase {op.branch} onto {target} "
+                       "and send the merge again")
     if status != 0:
         raise OpFailed(f"git merge-tree failed: {err.strip() or out.strip()}")
     tree = out.splitlines()[0].strip()
@@ -353,9 +357,8 @@ def commit_wave(repo: Repo, ops: list[GitOp], checkouts: dict[str, Checkout]) ->
     for op in ops:
         args += [op.worktree, op.message, _trailer_line(op)]
     env = {**os.environ, **commit_env(repo)}
-    done = subprocess.run(
-        ["sh", "-c", _WAVE_SCRIPT, "sh", *args], env=env, capture_output=True, text=True, check=False
-    )
+    done = subprocess.run(["sh", "-c", _WAVE_SCRIPT, "sh", *args], env=env, capture_output=True,
+                          text=True, check=False)
     committed: dict[str, Applied] = {}
     for line in done.stdout.splitlines():
         index, _, code = line.partition("\t")

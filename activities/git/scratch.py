@@ -46,7 +46,8 @@ class ScratchDirs:
         """Remove the scratch folders of worker processes that no longer run."""
         removed = []
         for entry in self.root.glob("*") if self.root.is_dir() else []:
-            if entry.name.isdigit() and int(entry.name) != os.getpid() and not process_alive(int(entry.name)):
+            if (entry.name.isdigit() and int(entry.name) != os.getpid()
+                    and not process_alive(int(entry.name))):
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)
         return removed

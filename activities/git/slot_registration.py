@@ -20,8 +20,9 @@ from taskfleet.activities.pods.shared_clone import forget_registrations, owner_r
 from taskfleet.core.ids import slug
 
 
-async def add_slot(folder: Path, repo_path: str, base_commit: str, pod: str, current_lease: Callable[[], str],
-                   locks: FileLocks, heartbeat: Heartbeat) -> Slot:
+async def add_slot(folder: Path, repo_path: str, base_commit: str, pod: str,
+                   current_lease: Callable[[], str], locks: FileLocks,
+                   heartbeat: Heartbeat) -> Slot:
     """A new slot: a clean checkout of `base_commit`, HEAD detached, registered under the lease
     current once the clone's lock is held (a lost lease may be replaced meanwhile)."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,8 @@ async def scrub(slot: Slot, heartbeat: Heartbeat = _nothing, commit: str = "") -
         await git(slot.path, "reset", "-q", "--hard", heartbeat=heartbeat)
     except RefWriteRefused:
         await git(slot.path, "checkout", "-q", "--detach", heartbeat=heartbeat)
-        await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []), heartbeat=heartbeat)
+        await git(slot.path, "reset", "-q", "--hard", *([commit] if commit else []),
+                  heartbeat=heartbeat)
     await git(slot.path, "clean", "-ffdxq", heartbeat=heartbeat)
 
 

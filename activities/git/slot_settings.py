@@ -62,4 +62,5 @@ async def slot_settings(path: Path) -> tuple[bytes, bytes, bool]:
     except RefWriteRefused:
         return b"?", b"?", True
     listed = await git(path, "ls-files", "-v")
-    return _read(admin / "config.worktree"), _read(admin / "info" / "sparse-checkout"), bool(_FLAGGED.search(listed))
+    return (_read(admin / "config.worktree"), _read(admin / "info" / "sparse-checkout"),
+            bool(_FLAGGED.search(listed)))

@@ -46,14 +46,16 @@ def _filtered(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[str]) 
     if any(b"filter" in text for text in texts):
         return True
     try:
-        return any(entry.name == ".gitattributes" for entry in tree) and b"filter" in tree[".gitattributes"].data
+        return (any(entry.name == ".gitattributes" for entry in tree)
+                and b"filter" in tree[".gitattributes"].data)
     except (KeyError, AttributeError):
         return False
 
 
 def _smudged(repo: pygit2.Repository, tree: pygit2.Tree) -> bool:
     """Whether git would change a file's bytes on checkout (line endings, ident, filters)."""
-    if _config(repo, "core.autocrlf").lower() == "true" or _config(repo, "core.eol").lower() == "crlf":
+    if (_config(repo, "core.autocrlf").lower() == "true"
+            or _config(repo, "core.eol").lower() == "crlf"):
         return True
     return _attributes_say(repo, tree, (b"filter", b"ident", b"eol", b"encoding"))
 
@@ -85,7 +87,8 @@ def _entry(tree: pygit2.Tree, path: str):
         return None
 
 
-def _changes(repo: pygit2.Repository, base: pygit2.Tree, paths: Iterable[str]) -> dict[str, tuple | None]:
+def _changes(repo: pygit2.Repository, base: pygit2.Tree,
+             paths: Iterable[str]) -> dict[str, tuple | None]:
     """{path: (blob id, mode) or None (gone)} for the files at `paths` as they are on disk."""
     root = repo.workdir
     filemode = repo.config.get_bool("core.fileMode") if "core.fileMode" in repo.config else True
@@ -101,14 +104,16 @@ def _changes(repo: pygit2.Repository, base: pygit2.Tree, paths: Iterable[str]) -
         if in_base is None and repo.path_is_ignored(rel):
             return  # as `git add -A`: an ignored new file is not added
         if stat.S_ISLNK(st.st_mode):
-            out[rel] = (repo.create_blob(os.fsencode(os.readlink(os.path.join(root, rel)))), FileMode.LINK)
+            out[rel] = (repo.create_blob(os.fsencode(os.readlink(os.path.join(root, rel)))),
+                        FileMode.LINK)
             return
         if not stat.S_ISREG(st.st_mode):
             return
         if filemode:
             mode = FileMode.BLOB_EXECUTABLE if st.st_mode & stat.S_IXUSR else FileMode.BLOB
         else:
-            mode = FileMode(in_base.filemode) if in_base is not None and in_base.type_str == "blob" else FileMode.BLOB
+            mode = (FileMode(in_base.filemode) if in_base is not None and in_base.type_str == "blob"
+                    else FileMode.BLOB)
         if raw:
             with open(os.path.join(root, rel), "rb") as file:
                 out[rel] = (repo.create_blob(file.read()), mode)
@@ -135,7 +140,8 @@ def _changes(repo: pygit2.Repository, base: pygit2.Tree, paths: Iterable[str]) -
             out[rel] = None  # a file that became a folder: its files come next
         for folder, dirs, files in os.walk(os.path.join(root, rel)):
             if ".git" in dirs or ".git" in files:  # git records a nested repository as a whole
-                raise NotKnown(f"{os.path.relpath(folder, root)} is a nested repository: git stages")
+                raise NotKnown(
+                    f"{os.path.relpath(folder, root)} is a nested repository: git stages")
             for name in files:
                 child = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
                 add_file(child, os.lstat(os.path.join(folder, name)))
@@ -148,7 +154,8 @@ def _changes(repo: pygit2.Repository, base: pygit2.Tree, paths: Iterable[str]) -
     return out
 
 
-def _edit(repo: pygit2.Repository, tree: pygit2.Tree | None, changes: dict[str, tuple | None]) -> pygit2.Oid | None:
+def _edit(repo: pygit2.Repository, tree: pygit2.Tree | None,
+          changes: dict[str, tuple | None]) -> pygit2.Oid | None:
     """`tree` with `changes` applied (paths relative to it); None when it ends up empty."""
     builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
     direct: dict[str, tuple | None] = {}
@@ -167,7 +174,8 @@ def _edit(repo: pygit2.Repository, tree: pygit2.Tree | None, changes: dict[str, 
             builder.insert(name, change[0], change[1])
     for name, sub in nested.items():
         current = builder.get(name)
-        subtree = repo[current.id] if current is not None and current.filemode == FileMode.TREE else None
+        subtree = (repo[current.id] if current is not None and current.filemode == FileMode.TREE
+                   else None)
         if direct.get(name, "kept") is None:
             subtree = None  # the folder (or the file of that name) went first
         oid = _edit(repo, subtree, sub)
@@ -215,12 +223,12 @@ def commit_tree(worktree: Path, branch: str, base_commit: str, tree: str, messag
         if not repo.descendant_of(head, pygit2.Oid(hex=base_commit)):
             where = repo.head.shorthand if not repo.head_is_detached else "a detached HEAD"
             raise CommitRefused(
-                f"the executor left the worktree on {where} at {str(head)[:12]}, which does not contain the base "
-                f"{base_commit[:12]}; nothing was committed on {branch}"
-            )
+                f"the executor left the worktree on {where} at {str(head)[:12]}, which does not "
+                f"contain the base {base_commit[:12]}; nothing was committed on {branch}")
         parent = str(head)
     author, committer = _identity(repo)
-    commit = repo.create_commit(None, author, committer, message, pygit2.Oid(hex=tree), [pygit2.Oid(hex=parent)])
+    commit = repo.create_commit(None, author, committer, message, pygit2.Oid(hex=tree),
+                                [pygit2.Oid(hex=parent)])
     current = repo.references.get(ref)
     old = current.target if current is not None else None
     try:
@@ -228,7 +236,8 @@ def commit_tree(worktree: Path, branch: str, base_commit: str, tree: str, messag
             txn.lock_ref(ref)
             now = repo.references.get(ref)
             if (now.target if now is not None else None) != old:
-                raise CommitRefused(f"{branch} moved while the task's commit was made; nothing was committed")
+                raise CommitRefused(
+                    f"{branch} moved while the task's commit was made; nothing was committed")
             txn.set_target(ref, commit, message="taskfleet: task commit")
     except pygit2.GitError as err:
         raise CommitRefused(f"cannot move {branch} to the task's commit: {err}") from None

@@ -58,7 +58,8 @@ def _slot_repository(worktree: Path) -> pygit2.Repository:
 def _refused(err: Exception, what: str, repo: pygit2.Repository, ref: str) -> RefWriteRefused:
     text = str(err)
     if "collides" in text or "directory" in text or "beneath" in text:
-        return RefWriteRefused(f"{ref}: {_collision(repo, ref)}; git refuses such a pair, loose or packed")
+        return RefWriteRefused(
+            f"{ref}: {_collision(repo, ref)}; git refuses such a pair, loose or packed")
     if "failed to lock" in text:
         return RefWriteRefused(f"{what}: a .lock exists (another git process holds it)")
     return RefWriteRefused(f"{what}: {text}")

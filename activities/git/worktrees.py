@@ -50,7 +50,8 @@ def resolve(repo_path: str, branch: str, remote: str | None, required: bool = Tr
         if found:
             return found
     if required:
-        raise OpFailed(f"branch {branch} does not exist in {repo_path}" + (f" nor on {remote}" if remote else ""))
+        raise OpFailed(f"branch {branch} does not exist in {repo_path}"
+                       + (f" nor on {remote}" if remote else ""))
     return ""
 
 
@@ -69,21 +70,25 @@ class WorktreePool:
         digest = hashlib.sha256(os.path.abspath(repo).encode()).hexdigest()[:8]
         return self.root / f"{slug(os.path.basename(os.path.abspath(repo)))}-{digest}"
 
-    async def resumable(self, repo_path: str, branch: str, base_commit: str, task_id: str, run_key: str) -> str:
+    async def resumable(self, repo_path: str, branch: str, base_commit: str, task_id: str,
+                        run_key: str) -> str:
         """The task's commit if an earlier attempt of this run made it (a retry after a crash)."""
         tip = resolve(repo_path, branch, None, required=False)
         if not tip or tip == base_commit:
             return ""
         ran = await git_run(repo_path, "log", "-1", "--format=%B", tip)
         lines = ran.out.splitlines()
-        return tip if f"{TASK_TRAILER}: {task_id}" in lines and f"{RUN_TRAILER}: {run_key}" in lines else ""
+        return (tip if f"{TASK_TRAILER}: {task_id}" in lines
+                and f"{RUN_TRAILER}: {run_key}" in lines else "")
 
-    async def take_detached(self, repo_path: str, commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
+    async def take_detached(self, repo_path: str, commit: str,
+                            heartbeat: Heartbeat = _nothing) -> Worktree:
         """A clean detached checkout of `commit`, used by no one else: the merge queue verifies its
         merged commits here."""
         return await self.take(repo_path, None, commit, heartbeat)
 
-    async def take(self, repo_path: str, branch: str | None, base_commit: str, heartbeat: Heartbeat = _nothing) -> Worktree:
+    async def take(self, repo_path: str, branch: str | None, base_commit: str,
+                   heartbeat: Heartbeat = _nothing) -> Worktree:
         """A checkout of `base_commit` on `branch` (created or reset there; None: detached), used by
         no one else."""
         started = time.monotonic()
@@ -98,42 +103,45 @@ class WorktreePool:
             slot = await clone.wait_free(base_commit, heartbeat)
         new = slot is None
         if slot is None:
-            slot = await add_slot(self.repo_dir(repo_path), repo_path, base_commit, self.pod, self._lease,
-                                  self._locks, heartbeat)
+            slot = await add_slot(self.repo_dir(repo_path), repo_path, base_commit, self.pod,
+                                  self._lease, self._locks, heartbeat)
             clone.owned.add(slot)
         head = slot.head
         holder, moved = "", False
         if branch is not None:
             try:  # one trip off the event loop: libgit2 ref reads and writes
-                holder, moved = await asyncio.to_thread(claim_branch, slot.path, branch, base_commit, head == base_commit)
+                holder, moved = await asyncio.to_thread(claim_branch, slot.path, branch,
+                                                        base_commit, head == base_commit)
             except BaseException:
                 await asyncio.shield(self._discard(slot))
                 raise
         if holder:
             clone.free.append(slot)  # untouched: still a clean checkout of its base
-            raise BranchCheckedOut(
-                f"branch {branch} is checked out in {holder}: taskfleet never moves a branch a worktree "
-                "has checked out (check out another branch there, or give the task another branch)"
-            )
+            raise BranchCheckedOut(f"branch {branch} is checked out in {holder}: taskfleet never "
+                                   "moves a branch a worktree has checked out (check out another "
+                                   "branch there, or give the task another branch)")
         slot.head = ""
         try:
             if branch is None:
                 # A free slot is a clean checkout detached at `head` (slot_scrub): moving it to
                 # another commit rewrites only the files that differ.
                 if head != base_commit:
-                    ran = await git_run(slot.path, "checkout", "-q", "--detach", base_commit, heartbeat=heartbeat)
+                    ran = await git_run(slot.path, "checkout", "-q", "--detach", base_commit,
+                                        heartbeat=heartbeat)
                     if ran.code != 0:
                         await scrub(slot, heartbeat)
-                        await git(slot.path, "checkout", "-q", "-f", "--detach", base_commit, heartbeat=heartbeat)
+                        await git(slot.path, "checkout", "-q", "-f", "--detach", base_commit,
+                                  heartbeat=heartbeat)
                 slot.begin()
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             if head == base_commit:
                 # Already a clean checkout of the base: only the branch moved (above), so set-up is
                 # two small ref-file writes whatever the size of the tree.
                 if not moved:
-                    await git(slot.path, "update-ref", "-m", "taskfleet: task branch", f"refs/heads/{branch}",
-                              base_commit, heartbeat=heartbeat)
-                    await git(slot.path, "symbolic-ref", "HEAD", f"refs/heads/{branch}", heartbeat=heartbeat)
+                    await git(slot.path, "update-ref", "-m", "taskfleet: task branch",
+                              f"refs/heads/{branch}", base_commit, heartbeat=heartbeat)
+                    await git(slot.path, "symbolic-ref", "HEAD", f"refs/heads/{branch}",
+                              heartbeat=heartbeat)
                 slot.begin()
                 return Worktree(slot.path, base_commit, slot, time.monotonic() - started, new)
             args = ("checkout", "-q", "--ignore-other-worktrees", "-B", branch, base_commit)
@@ -155,7 +163,8 @@ class WorktreePool:
         if paths is None:
             return False
         try:
-            worktree.tree = await asyncio.to_thread(snapshot, worktree.path, worktree.base_commit, paths)
+            worktree.tree = await asyncio.to_thread(snapshot, worktree.path,
+                                                    worktree.base_commit, paths)
         except NotKnown:
             return False
         return True
@@ -163,7 +172,8 @@ class WorktreePool:
     def give_back(self, worktree: Worktree) -> None:
         """Scrub the slot off the task's time, then put it back on the free list."""
         self._clones.setdefault(worktree.slot.clone, CloneSlots()).recycling += 1
-        task = asyncio.get_running_loop().create_task(self._recycle(worktree.slot, worktree.base_commit))
+        task = asyncio.get_running_loop().create_task(
+            self._recycle(worktree.slot, worktree.base_commit))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
@@ -223,7 +233,8 @@ class WorktreePool:
         except Exception as err:  # noqa: BLE001 - a sweep is housekeeping: the next one tries again
             import logging
 
-            logging.getLogger("taskfleet.worktrees").warning("sweep of %s failed: %s", clone_path, err)
+            logging.getLogger("taskfleet.worktrees").warning(
+                "sweep of %s failed: %s", clone_path, err)
             return []
 
     async def sweep(self) -> list[Path]:

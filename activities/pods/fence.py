@@ -29,9 +29,8 @@ class Fence:
     def check(self, token: int) -> None:
         highest = self.highest()
         if highest > token:
-            raise StaleLease(
-                f"fencing token {token} is stale: token {highest} has acted on {self.directory.parent} since"
-            )
+            raise StaleLease(f"fencing token {token} is stale: token {highest} has acted on "
+                             f"{self.directory.parent} since")
 
     def admit(self, token: int) -> None:
         """Record `token` as acting now; `StaleLease` if a higher one has acted already."""
@@ -39,7 +38,8 @@ class Fence:
             raise StaleLease(f"fencing token {token} is not a granted token")
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
-            os.close(os.open(self.directory / f"{token:020d}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.close(os.open(self.directory / f"{token:020d}",
+                             os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:
             pass
         try:

@@ -55,7 +55,8 @@ from taskfleet.core.pod import pod_id
 log = logging.getLogger("taskfleet.lease")
 
 # Errors no retry mends: the request itself is wrong, or we may not make it.
-_FINAL_CODES = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED}
+_FINAL_CODES = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.PERMISSION_DENIED,
+                RPCStatusCode.UNAUTHENTICATED}
 
 
 class LeaseError(RuntimeError):
@@ -98,10 +99,8 @@ class Lease:
         if self.lost:
             raise LeaseLost(f"lease on {self.resource} (token {self.token}) lost: {self.lost}")
         if time.monotonic() >= self.deadline:
-            raise LeaseLost(
-                f"lease on {self.resource} (token {self.token}) may have ended: no renewal reached the lock "
-                f"within {self.lease_seconds:g} s"
-            )
+            raise LeaseLost(f"lease on {self.resource} (token {self.token}) may have ended: no "
+                            f"renewal reached the lock within {self.lease_seconds:g} s")
         if self.fence is not None:
             self.fence.check(self.token)
 
@@ -152,7 +151,8 @@ class LeaseLock:
     async def acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Lease:
         """Wait (FIFO) until granted. Raises `LeaseError` if refused or past `acquire_timeout`."""
         holder = holder or default_holder()
-        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=self.wait_seconds,
+        request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds,
+                                 wait_seconds=self.wait_seconds,
                                  min_token=await _fence_highest(fence))
         give_up = None if self.acquire_timeout is None else time.monotonic() + self.acquire_timeout
         try:
@@ -169,15 +169,18 @@ class LeaseLock:
                         await asyncio.to_thread(fence.admit, grant.token)
                     return lease
                 if grant.status != LEASE_WAITING:
-                    raise LeaseError(f"lock {self.resource} refused {holder}: {grant.status} {grant.reason}".strip())
+                    raise LeaseError(f"lock {self.resource} refused {holder}: {grant.status} "
+                                     f"{grant.reason}".strip())
                 if give_up is not None and time.monotonic() >= give_up:
-                    raise LeaseError(f"lock {self.resource}: not granted to {holder} within {self.acquire_timeout:g} s")
+                    raise LeaseError(f"lock {self.resource}: not granted to {holder} within "
+                                     f"{self.acquire_timeout:g} s")
         except BaseException:
             # Gave up (timeout, cancelled, refused): leave the queue, or give back a late grant.
             await self._abandon(holder)
             raise
 
-    async def try_acquire(self, holder: Optional[str] = None, fence: Optional[Fence] = None) -> Optional[Lease]:
+    async def try_acquire(self, holder: Optional[str] = None,
+                          fence: Optional[Fence] = None) -> Optional[Lease]:
         """The lease if it is free right now (nobody holds or waits), else None at once."""
         holder = holder or default_holder()
         request = AcquireRequest(holder=holder, lease_seconds=self.lease_seconds, wait_seconds=0.0,
@@ -186,20 +189,18 @@ class LeaseLock:
         sent = time.monotonic()
         grant = await self._call(self._acquire_once, request, give_up)
         if grant.status == LEASE_GRANTED:
-            lease = Lease(
-                resource=self.resource, holder=holder, token=grant.token, lease_seconds=grant.lease_seconds,
-                grant=grant, fence=fence, deadline=sent + grant.lease_seconds,
-            )
+            lease = Lease(resource=self.resource, holder=holder, token=grant.token,
+                          lease_seconds=grant.lease_seconds, grant=grant, fence=fence,
+                          deadline=sent + grant.lease_seconds)
             if fence is not None:
                 await asyncio.to_thread(fence.admit, grant.token)
             return lease
         if grant.status == LEASE_WAITING:
-            await self._call(
-                lambda ref: self._handle().execute_update(UPDATE_RELEASE, ref, result_type=LeaseGrant),
-                LeaseRef(holder, 0), give_up,
-            )
+            await self._call(lambda ref: self._handle().execute_update(
+                UPDATE_RELEASE, ref, result_type=LeaseGrant), LeaseRef(holder, 0), give_up)
             return None
-        raise LeaseError(f"lock {self.resource} refused {holder}: {grant.status} {grant.reason}".strip())
+        raise LeaseError(
+            f"lock {self.resource} refused {holder}: {grant.status} {grant.reason}".strip())
 
     async def renew(self, lease: Lease) -> LeaseGrant:
         """One renewal; sets `lease.lost` when the lock says the lease is gone."""
@@ -224,16 +225,19 @@ class LeaseLock:
                 await asyncio.wait_for(self._handle().signal(SIGNAL_RELEASE_LEASE, ref), 5)
             except Exception as err:  # noqa: BLE001 - the lease then expires
                 log.warning("could not release %s (token %d); it expires in %g s: %s",
-                            self.resource, lease.token, lease.lease_seconds, root_cause_message(err))
+                            self.resource, lease.token, lease.lease_seconds,
+                            root_cause_message(err))
             return
         try:
-            await asyncio.wait_for(self._handle().execute_update(UPDATE_RELEASE, ref, result_type=LeaseGrant), 10)
+            await asyncio.wait_for(
+                self._handle().execute_update(UPDATE_RELEASE, ref, result_type=LeaseGrant), 10)
         except BaseException as err:  # noqa: BLE001 - fall back to a signal, then to expiry
             try:
                 await asyncio.wait_for(self._handle().signal(SIGNAL_RELEASE_LEASE, ref), 5)
             except BaseException:  # noqa: BLE001
                 log.warning("could not release %s (token %d); it expires in %g s: %s",
-                            self.resource, lease.token, lease.lease_seconds, root_cause_message(err))
+                            self.resource, lease.token, lease.lease_seconds,
+                            root_cause_message(err))
             if isinstance(err, asyncio.CancelledError):
                 raise
 
@@ -297,7 +301,8 @@ class LeaseLock:
                 if isinstance(err, RPCError) and err.status in _FINAL_CODES:
                     raise LeaseError(f"lock {self.resource}: {err.message}") from None
                 if give_up is not None and time.monotonic() >= give_up:
-                    raise LeaseError(f"lock {self.resource} unreachable: {root_cause_message(err)}") from None
+                    raise LeaseError(
+                        f"lock {self.resource} unreachable: {root_cause_message(err)}") from None
                 log.info("lock %s: retrying after %s", self.resource, root_cause_message(err))
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
@@ -315,13 +320,12 @@ class LeaseLock:
                     log.warning("lock %s: %s; ending it, to start again on task queue %s",
                                 self.resource, stuck.describe(), self.task_queue)
                     await self._handle().terminate(
-                        reason=f"taskfleet: no worker polls task queue '{stuck.task_queue}'; the lock starts again "
-                               f"on '{self.task_queue}'")
+                        reason=f"taskfleet: no worker polls task queue '{stuck.task_queue}'; the "
+                               f"lock starts again on '{self.task_queue}'")
                     raise _Moved()
                 raise NoWorker(
-                    f"lock {self.resource}: {stuck.describe()}; start a taskfleet worker (every taskfleet worker "
-                    f"polls '{self.task_queue}', where taskfleet's locks run)"
-                )
+                    f"lock {self.resource}: {stuck.describe()}; start a taskfleet worker (every "
+                    f"taskfleet worker polls '{self.task_queue}', where taskfleet's locks run)")
             return task.result()
         finally:
             if not task.done():
@@ -344,21 +348,22 @@ class LeaseLock:
                     if await self._history_gone(lease):
                         return
                 elif not failing:
-                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
-                                root_cause_message(err))
+                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource,
+                                lease.token, root_cause_message(err))
                 failing = True
                 period = min(max(lease.lease_seconds / 10, 0.1), 1.0)
                 continue
             except Exception as err:  # noqa: BLE001 - retried; check() guards the meantime
                 if not failing:
-                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource, lease.token,
-                                root_cause_message(err))
+                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource,
+                                lease.token, root_cause_message(err))
                 failing = True
                 period = min(max(lease.lease_seconds / 10, 0.1), 1.0)
                 continue
             failing = False
             if grant.status == LEASE_LOST:
-                log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)
+                log.warning("lease on %s (token %d) lost: %s", self.resource,
+                            lease.token, lease.lost)
                 return
             if grant.status == LEASE_REJECTED:
                 lease.lost = grant.reason
@@ -372,7 +377,8 @@ class LeaseLock:
             lease.lost = f"the lock's workflow {self.workflow_id} is gone (a new lock history)"
             log.warning("lease on %s (token %d) lost: %s", self.resource, lease.token, lease.lost)
             return True
-        request = AcquireRequest(holder=lease.holder, lease_seconds=lease.lease_seconds, wait_seconds=0.0)
+        request = AcquireRequest(holder=lease.holder, lease_seconds=lease.lease_seconds,
+                                 wait_seconds=0.0)
         sent = time.monotonic()
         try:
             grant = await self._watched(self._acquire_once(request))
@@ -383,14 +389,16 @@ class LeaseLock:
         if grant.status == LEASE_GRANTED:
             log.warning("lock %s started over (its workflow was gone): lease taken again, token %d",
                         self.resource, grant.token)
-            lease.token, lease.grant, lease.deadline = grant.token, grant, sent + grant.lease_seconds
+            lease.token, lease.grant, lease.deadline = (grant.token, grant,
+                                                        sent + grant.lease_seconds)
         return False
 
     async def _abandon(self, holder: str) -> None:
         """Leave the queue (token 0), or release a lease granted after we stopped waiting."""
         try:
             status = await asyncio.wait_for(self.holders(), 5)
-            ref = LeaseRef(holder, status.holder.token if status.holder and status.holder.holder == holder else 0)
+            ref = LeaseRef(holder, status.holder.token
+                           if status.holder and status.holder.holder == holder else 0)
             await asyncio.wait_for(self._handle().signal(SIGNAL_RELEASE_LEASE, ref), 5)
         except BaseException:  # noqa: BLE001 - the queue drops a waiter that stops asking anyway
             pass

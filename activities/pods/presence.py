@@ -70,9 +70,10 @@ class WorkerPresence:
 
     def _lock(self, pod: str, key: str) -> LeaseLock:
         resource = presence_resource(pod, key)
-        config = LeaseLockConfig(resource=resource, close_after_idle_seconds=PRESENCE_IDLE_CLOSE_SECONDS)
-        return LeaseLock(self.client, resource, task_queue=self.task_queue, lease_seconds=self.lease_seconds,
-                         acquire_timeout=60.0, config=config)
+        config = LeaseLockConfig(resource=resource,
+                                 close_after_idle_seconds=PRESENCE_IDLE_CLOSE_SECONDS)
+        return LeaseLock(self.client, resource, task_queue=self.task_queue,
+                         lease_seconds=self.lease_seconds, acquire_timeout=60.0, config=config)
 
     async def start(self) -> None:
         """Take the presence lease (its own key: never waits for an earlier incarnation's)."""
@@ -83,7 +84,8 @@ class WorkerPresence:
         )
         self._stack = stack
         self.ready.set()
-        log.info("presence lease %s held (token %d)", presence_resource(self.pod, self.key), self.lease.token)
+        log.info("presence lease %s held (token %d)", presence_resource(self.pod, self.key),
+                 self.lease.token)
 
     async def wait_ready(self, timeout: float = 120.0) -> None:
         """Until the lease is held (the worker takes it as it starts polling)."""
@@ -92,9 +94,8 @@ class WorkerPresence:
         try:
             await asyncio.wait_for(self.ready.wait(), timeout)
         except asyncio.TimeoutError:
-            raise RuntimeError(
-                f"worker presence lease {presence_resource(self.pod, self.key)} not granted within {timeout:g} s"
-            ) from None
+            raise RuntimeError(f"worker presence lease {presence_resource(self.pod, self.key)} not "
+                               f"granted within {timeout:g} s") from None
 
     async def stop(self) -> None:
         self.ready.clear()
@@ -110,7 +111,8 @@ class WorkerPresence:
             self._renewing = asyncio.Lock()
         async with self._renewing:
             if self.lease is not None and self.lease.lost:
-                log.warning("presence lease %s lost (%s): taking a new one", self.key, self.lease.lost)
+                log.warning("presence lease %s lost (%s): taking a new one", self.key,
+                            self.lease.lost)
                 await self.stop()
                 self.key = uuid.uuid4().hex[:12]
                 self._own_keys.add(self.key)

@@ -28,9 +28,10 @@ class Unserved:
     pollers: list[str]
 
     def describe(self) -> str:
-        listed = f" (the server still lists {', '.join(self.pollers[:3])}, gone or stuck)" if self.pollers else ""
-        return (f"workflow {self.workflow_id} runs on task queue '{self.task_queue}', where no worker has taken its "
-                f"work for {self.waited:.0f} s{listed}")
+        listed = (f" (the server still lists {', '.join(self.pollers[:3])}, gone or stuck)"
+                  if self.pollers else "")
+        return (f"workflow {self.workflow_id} runs on task queue '{self.task_queue}', where no "
+                f"worker has taken its work for {self.waited:.0f} s{listed}")
 
 
 async def workflow_pollers(client: Client, task_queue: str) -> list[str]:
@@ -45,7 +46,8 @@ async def workflow_pollers(client: Client, task_queue: str) -> list[str]:
     return [p.identity for p in response.pollers]
 
 
-async def unserved(client: Client, workflow_id: str, after: float = UNSERVED_SECONDS) -> Unserved | None:
+async def unserved(client: Client, workflow_id: str,
+                   after: float = UNSERVED_SECONDS) -> Unserved | None:
     """The workflow's queue once its pending workflow task has waited `after` seconds (or nobody
     polls it); None while served, closed, or unknown."""
     try:
@@ -61,7 +63,8 @@ async def unserved(client: Client, workflow_id: str, after: float = UNSERVED_SEC
     pending = raw.pending_workflow_task
     if pending.state != PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED:
         return None
-    waited = (datetime.now(timezone.utc) - pending.scheduled_time.ToDatetime(tzinfo=timezone.utc)).total_seconds()
+    waited = (datetime.now(timezone.utc) - pending.scheduled_time.ToDatetime(
+        tzinfo=timezone.utc)).total_seconds()
     pollers = await workflow_pollers(client, queue)
     if waited >= after or (not pollers and waited >= 1.0):
         return Unserved(workflow_id, queue, waited, pollers)

@@ -28,7 +28,8 @@ _LOCK_CONTENTION = re.compile(
 
 
 # Another pod's `git worktree add` is half done: its admin folder exists, its files not yet.
-_WORKTREE_BEING_ADDED = re.compile(r"failed to read [^\n]*worktrees/[^/\n]+/(?:commondir|gitdir|HEAD)")
+_WORKTREE_BEING_ADDED = re.compile(
+    r"failed to read [^\n]*worktrees/[^/\n]+/(?:commondir|gitdir|HEAD)")
 
 
 def is_lock_contention(stderr: str) -> bool:
@@ -38,7 +39,8 @@ def is_lock_contention(stderr: str) -> bool:
     return bool(_LOCK_CONTENTION.search(text) or _WORKTREE_BEING_ADDED.search(text))
 
 
-def retry_delays(total_seconds: float = 60.0, first: float = 0.02, cap: float = 1.0) -> Iterator[float]:
+def retry_delays(total_seconds: float = 60.0, first: float = 0.02,
+                 cap: float = 1.0) -> Iterator[float]:
     """Jittered exponential backoff, until `total_seconds` have been spent waiting."""
     spent, delay = 0.0, first
     while spent < total_seconds:
@@ -113,7 +115,8 @@ def registrations(clone: str | Path) -> list[Registration]:
             reason = (admin / "locked").read_text()
         except FileNotFoundError:
             reason = ""
-        out.append(Registration(name, admin, Path(gitdir).parent, owner_of(reason), lease_of(reason)))
+        out.append(
+            Registration(name, admin, Path(gitdir).parent, owner_of(reason), lease_of(reason)))
     return out
 
 
@@ -136,9 +139,8 @@ def forget_worktree(clone: str | Path, path: str | Path, pod: str) -> bool:
     return False
 
 
-def prune_own(
-    clone: str | Path, pod: str, keep: set[Path] | frozenset[Path] = frozenset(), delete_folders: bool = True
-) -> list[Path]:
+def prune_own(clone: str | Path, pod: str, keep: set[Path] | frozenset[Path] = frozenset(),
+              delete_folders: bool = True) -> list[Path]:
     """Remove every worktree `pod` owns in the clone but `keep`; returns their paths. A dead pod's
     lease taker passes `delete_folders=False`: its folders are out of sight."""
     removed = []
@@ -162,14 +164,17 @@ def git_retrying(cwd: str | Path, *args: str, total_seconds: float = 60.0) -> st
     use the event-loop runner)."""
     delays = retry_delays(total_seconds)
     while True:
-        ran = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        ran = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
         if ran.returncode == 0:
             return ran.stdout.strip()
         if not is_lock_contention(ran.stderr):
-            raise subprocess.CalledProcessError(ran.returncode, ["git", *args], ran.stdout, ran.stderr)
+            raise subprocess.CalledProcessError(ran.returncode, ["git", *args],
+                                                ran.stdout, ran.stderr)
         wait = next(delays, None)
         if wait is None:
-            raise subprocess.CalledProcessError(ran.returncode, ["git", *args], ran.stdout, ran.stderr)
+            raise subprocess.CalledProcessError(ran.returncode, ["git", *args],
+                                                ran.stdout, ran.stderr)
         time.sleep(wait)
 
 

@@ -81,11 +81,10 @@ async def _stop(proc: subprocess.Popen, grace: float = 2.0) -> None:
 # globbing, redirection or operators).
 _PLAIN_WORDS = re.compile(r"[A-Za-z0-9_./,:+=@%^-]+(?:[ \t]+[A-Za-z0-9_./,:+=@%^-]+)*")
 # dash's builtins and reserved words: these run inside the shell, so they go through `sh`.
-_SHELL_WORDS = frozenset(
-    ". : [ alias bg break case cd chdir command continue do done echo elif else esac eval exec exit "
-    "export false fc fg fi for getopts hash if in jobs kill local printf pwd read readonly return "
-    "set shift test then times trap true type ulimit umask unalias unset until wait while".split()
-)
+_SHELL_WORDS = frozenset(". : [ alias bg break case cd chdir command continue do done echo elif "
+                         "else esac eval exec exit export false fc fg fi for getopts hash if in "
+                         "jobs kill local printf pwd read readonly return set shift test then "
+                         "times trap true type ulimit umask unalias unset until wait while".split())
 
 
 def direct_argv(command: str) -> list[str] | None:
@@ -135,19 +134,17 @@ def _runnable(program: str, cwd: Path, env: dict[str, str]) -> bool:
     return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
 
 
-def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, stdin: BinaryIO | None = None,
-           stdout: BinaryIO | None = None) -> subprocess.Popen:
+def _start(command: str, cwd: Path, env: dict[str, str], log: BinaryIO,
+           stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> subprocess.Popen:
     """Start `command` under the worker's rules: the environment they give a task, and its process
     tree in a PID namespace of its own (or its own process group), dying with the worker."""
     policy = current_policy()
     env = policy.environment.build(env)
     no_detached_git_maintenance(env)
     trees = policy.trees
-    options = dict(
-        cwd=str(cwd), env=env, stdin=stdin if stdin is not None else subprocess.DEVNULL,
-        stdout=stdout if stdout is not None else log, stderr=log if stdout is not None else subprocess.STDOUT,
-        start_new_session=True,
-    )
+    options = dict(cwd=str(cwd), env=env, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                   stdout=stdout if stdout is not None else log,
+                   stderr=log if stdout is not None else subprocess.STDOUT, start_new_session=True)
     argv = direct_argv(command)
     if not trees.preexec:
         if argv is None or not _runnable(argv[0], cwd, env):
@@ -195,7 +192,8 @@ async def run_command(
             if await _exited(proc, min(heartbeat_every, remaining)):
                 code = proc.wait()
                 # Killed by a signal: reported as `sh` would, 128 + the signal's number.
-                return CommandResult(128 - code if code < 0 else code, time.monotonic() - started, False)
+                return CommandResult(128 - code if code < 0 else code,
+                                     time.monotonic() - started, False)
             heartbeat()
     except BaseException:
         # Cancelled (or anything else): nothing we started may outlive the activity.

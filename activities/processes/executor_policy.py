@@ -26,7 +26,8 @@ _CURRENT: ContextVar[ExecutorPolicy | None] = ContextVar("taskfleet_executor_pol
 def current_policy() -> ExecutorPolicy:
     policy = _CURRENT.get()
     if policy is None:
-        policy = ExecutorPolicy(TaskEnvironment.from_environ(), detect(os.environ.get(SETTING) or MODE_AUTO))
+        policy = ExecutorPolicy(TaskEnvironment.from_environ(),
+                                detect(os.environ.get(SETTING) or MODE_AUTO))
     return policy
 
 
@@ -48,8 +49,8 @@ def task_env_problem(names: list[str]) -> str:
     refused = environment.refused(names)
     if refused:
         allowed = ", ".join(environment.allow) or "nothing"
-        return (f"env {', '.join(refused)}: not allowed by this worker's {ALLOW_VARIABLE} ({allowed}); "
-                f"the worker's operator decides which variables tasks may see")
+        return (f"env {', '.join(refused)}: not allowed by this worker's {ALLOW_VARIABLE} "
+                f"({allowed}); the worker's operator decides which variables tasks may see")
     missing = environment.missing(names)
     if missing:
         return f"env {', '.join(missing)}: allowed, but not set in the worker's environment"

@@ -115,7 +115,8 @@ def processes_with_token(token: str) -> list[int]:
     return processes_with_tokens({token})
 
 
-def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0, variable: str = TOKEN_VARIABLE) -> int:
+def _kill_carriers(tokens: set[str], wait: float, grace: float = 0.0,
+                   variable: str = TOKEN_VARIABLE) -> int:
     """Stop every live process carrying one of the tokens until none is left or `wait` runs out; how
     many. With `grace`, SIGTERM first (git removes its lock files), SIGKILL after."""
     signalled: dict[int, str] = {}  # pid -> its start time, so a reused pid is not waited on

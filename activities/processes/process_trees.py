@@ -72,8 +72,8 @@ def _group(why: str) -> ProcessTrees:
 def _probe(prefix: tuple[str, ...]) -> str:
     """"" when a command under `prefix` is its init's child in its own namespace; else why not."""
     try:
-        ran = subprocess.run([*prefix, "sh", "-c", 'test "$$" = 2'], capture_output=True, text=True, timeout=20,
-                             stdin=subprocess.DEVNULL)
+        ran = subprocess.run([*prefix, "sh", "-c", 'test "$$" = 2'], capture_output=True, text=True,
+                             timeout=20, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as err:
         return str(err)
     if ran.returncode == 0:
@@ -128,9 +128,8 @@ class Watchdog:
         read, write = os.pipe()  # neither end is inherited by commands (PEP 446)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", str(WATCHDOG), str(me), variable, f"{me}-"],
-                stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            )
+                [sys.executable, "-I", str(WATCHDOG), str(me), variable, f"{me}-"], stdin=read,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         finally:
             os.close(read)
         cls._started[me] = proc

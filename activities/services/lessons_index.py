@@ -41,10 +41,8 @@ from taskfleet.core.models.lessons import (
 
 # Importable from here too: the journals, the lessons activities and the judge use them.
 _UNREADABLE, _decode, _decode_chunk, _timestamp = UNREADABLE, decode_lines, decode_chunk, timestamp
-__all__ = [
-    "KEYED_FIELDS", "MAX_LIMIT", "MAX_METADATA_DEPTH", "LessonsIndex", "MalformedLesson", "lesson_from_json",
-    "normalize_pattern", "now_iso", "tokenize",
-]
+__all__ = ["KEYED_FIELDS", "MAX_LIMIT", "MAX_METADATA_DEPTH", "LessonsIndex", "MalformedLesson",
+           "lesson_from_json", "normalize_pattern", "now_iso", "tokenize"]
 
 MAX_LIMIT = 1_000
 _REPORTED_MALFORMED = 50
@@ -161,7 +159,8 @@ class LessonsIndex(LessonPostings, LessonRanking):
                     self._add(other, seen_at)
                 stamp = now_iso()
                 if self._by_key is None:
-                    self._by_key = {self._dedup_key(row.lesson): i for i, row in enumerate(self._rows)}
+                    self._by_key = {self._dedup_key(row.lesson): i
+                                    for i, row in enumerate(self._rows)}
                 existing = self._by_key.get(self._dedup_key(incoming))
                 if existing is not None:
                     stored = copy.copy(self._rows[existing].lesson)
@@ -224,10 +223,12 @@ class LessonsIndex(LessonPostings, LessonRanking):
             elif q.most_frequent:
                 ranked = self._most_frequent(lists, after, before, limit)
             elif lists:
-                ranked = ((idx, 0.0) for idx in self._matching(reversed(lists[0]), lists[1:], after, before))
+                ranked = ((idx, 0.0) for idx in self._matching(
+                    reversed(lists[0]), lists[1:], after, before))
             else:
                 ranked = ((idx, 0.0) for idx in self._in_range(after, before))
-            return [LessonMatch(copy_lesson(self._rows[idx].lesson), score) for idx, score in take(ranked, limit)]
+            return [LessonMatch(copy_lesson(self._rows[idx].lesson), score)
+                    for idx, score in take(ranked, limit)]
 
     def all_lessons(self) -> Iterator[Lesson]:
         """Every lesson (copies), for baselines and exports; not for the hot path."""

@@ -39,7 +39,8 @@ class JournalTail:
 class JournaledLessonsIndex(LessonsIndex):
     """A `LessonsIndex` on this pod's journal, fed as well by every other pod's journal."""
 
-    def __init__(self, directory: Path | str, pod: str, refresh_interval: float = REFRESH_INTERVAL_SECONDS) -> None:
+    def __init__(self, directory: Path | str, pod: str,
+                 refresh_interval: float = REFRESH_INTERVAL_SECONDS) -> None:
         self.directory = Path(directory)
         self.pod = pod
         self.refresh_interval = refresh_interval
@@ -79,7 +80,8 @@ class JournaledLessonsIndex(LessonsIndex):
         except FileNotFoundError:
             return []
         own = self.path.name if self.path else ""
-        return sorted(n for n in names if n.endswith(JOURNAL_SUFFIX) and n != own and not n.startswith("."))
+        return sorted(n for n in names
+                      if n.endswith(JOURNAL_SUFFIX) and n != own and not n.startswith("."))
 
     def _read_tail(self, tail: JournalTail) -> list[tuple[float, Lesson]]:
         try:
@@ -147,8 +149,8 @@ class JournaledLessonsIndex(LessonsIndex):
     def journals(self) -> dict[str, JournalTail]:
         """Other pods' journals read so far (name -> how far), for diagnostics."""
         with self._lock:
-            return {name: JournalTail(t.path, t.offset, t.line_no, t.malformed, list(t.malformed_lines))
-                    for name, t in self._tails.items()}
+            return {name: JournalTail(t.path, t.offset, t.line_no, t.malformed,
+                                      list(t.malformed_lines)) for name, t in self._tails.items()}
 
 
 def lessons_index_for(settings) -> LessonsIndex:

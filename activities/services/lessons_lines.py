@@ -24,7 +24,8 @@ _HEX = re.compile(r"\b(?:0x)?[0-9a-f]{7,64}\b")
 _NUMBER = re.compile(r"\b\d+(?:\.\d+)?\b")
 _SPACE = re.compile(r"\s+")
 TOKEN = re.compile(r"[a-z_][a-z0-9_]+")
-STOPWORDS = frozenset("the a an in of to at is on for and or by with from was were be not no got".split())
+STOPWORDS = frozenset(
+    "the a an in of to at is on for and or by with from was were be not no got".split())
 
 
 class MalformedLesson(ValueError):
@@ -47,7 +48,8 @@ def tokenize(message: str) -> list[str]:
 
 def timestamp(value: str) -> float:
     moment = _fromisoformat(value)
-    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)).timestamp()
+    return (moment if moment.tzinfo is not None
+            else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 _fromisoformat = datetime.fromisoformat
@@ -101,8 +103,8 @@ def lesson_from_json(data: Any) -> tuple[float, Lesson]:
         raise MalformedLesson("missing 'id'")
     if not _all_strings(data):
         raise MalformedLesson(
-            f"{', '.join(n for n in sorted(_STRING_FIELDS) if type(data[n]) is not str)} must be strings"
-        )
+            f"{', '.join(n for n in sorted(_STRING_FIELDS) if type(data[n]) is not str)} "
+            "must be strings")
     times_seen = data["times_seen"]
     if type(times_seen) is not int or times_seen < 1:
         raise MalformedLesson("'times_seen' is not a whole number >= 1")

@@ -27,9 +27,8 @@ class LessonRanking:
     _terms: dict[str, list[int]]
     _term_counts: dict[str, dict[int, int]]
 
-    def _matching(
-        self, candidates: Iterable[int], others: list[dict[int, None]], after: float | None, before: float | None
-    ) -> Iterator[int]:
+    def _matching(self, candidates: Iterable[int], others: list[dict[int, None]],
+                  after: float | None, before: float | None) -> Iterator[int]:
         ranged = after is not None or before is not None
         if len(others) == 1 and not ranged:
             only = others[0]
@@ -50,7 +49,8 @@ class LessonRanking:
     def _in_range(self, after: float | None, before: float | None) -> Iterator[int]:
         """Newest first, through the sorted time index."""
         lo = 0 if after is None else bisect.bisect_left(self._times, (after, -1))
-        hi = len(self._times) if before is None else bisect.bisect_right(self._times, (before, math.inf))
+        hi = (len(self._times) if before is None
+              else bisect.bisect_right(self._times, (before, math.inf)))
         for at in range(hi - 1, lo - 1, -1):
             yield self._times[at][1]
 
@@ -68,9 +68,8 @@ class LessonRanking:
                 if self._within(idx, after, before):
                     yield idx, float(count)
 
-    def _similar(
-        self, text: str, lists: list[dict[int, None]], after: float | None, before: float | None, limit: int
-    ) -> list[tuple[int, float]]:
+    def _similar(self, text: str, lists: list[dict[int, None]], after: float | None,
+                 before: float | None, limit: int) -> list[tuple[int, float]]:
         """BM25 over failure_msg tokens, rarest first; terms in over 1% of lessons only re-score
         what rarer ones found (unless they found nothing), sparing a walk of a long list."""
         total = len(self._rows)

@@ -46,9 +46,8 @@ class ResultCache:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, stored_at REAL NOT NULL)"
-        )
+        self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT "
+                         "NULL, stored_at REAL NOT NULL)")
 
     def close(self) -> None:
         with self._lock:
@@ -97,4 +96,5 @@ class ResultCache:
             disk = 0
             if self._db is not None:
                 disk = self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-            return ResultCacheStats(self.hits, self.misses, len(self._memory), self._memory_bytes, disk)
+            return ResultCacheStats(self.hits, self.misses, len(self._memory),
+                                    self._memory_bytes, disk)

@@ -77,7 +77,8 @@ class TemplateCache:
         options: dict[str, Any] = dict(
             undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
         )
-        self._env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(self.templates_dir)), **options)
+        self._env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(self.templates_dir)),
+                                       **options)
         self._sandbox = SandboxedEnvironment(**options)
         self._compiled: dict[str, _Compiled] = {}
         self._inline: OrderedDict[str, _Compiled] = OrderedDict()
@@ -122,7 +123,8 @@ class TemplateCache:
             try:
                 template = self._sandbox.from_string(source)
             except jinja2.TemplateSyntaxError as err:
-                raise TemplateRenderError(f"inline template, line {err.lineno}: {err.message}") from None
+                raise TemplateRenderError(
+                    f"inline template, line {err.lineno}: {err.message}") from None
             entry = _Compiled(template, TemplateStats(f"inline:{key}", key))
             with self._inline_lock:
                 self._inline[key] = entry
@@ -176,9 +178,8 @@ class TemplateCache:
     def _lookup(self, name: str) -> _Compiled:
         entry = self._compiled.get(name)
         if entry is None:
-            raise TemplateRenderError(
-                f"no template {name!r} in {self.templates_dir} (have: {', '.join(self.names()) or 'none'})"
-            )
+            raise TemplateRenderError(f"no template {name!r} in {self.templates_dir} (have: "
+                                      f"{', '.join(self.names()) or 'none'})")
         return entry
 
     @staticmethod
@@ -189,7 +190,8 @@ class TemplateCache:
         except jinja2.UndefinedError as err:
             raise TemplateRenderError(f"template {entry.stats.name}: {err.message}") from None
         except jinja2.exceptions.SecurityError as err:
-            raise TemplateRenderError(f"template {entry.stats.name}: refused by the sandbox: {err}") from None
+            raise TemplateRenderError(
+                f"template {entry.stats.name}: refused by the sandbox: {err}") from None
         with entry.lock:
             entry.stats.renders += 1
             entry.stats.render_seconds += time.perf_counter() - started
@@ -206,4 +208,5 @@ def _interrupt(thread: threading.Thread) -> None:
     """Stop a render thread at its next bytecode (templates compile to Python); a single long C call
     (a huge string repeat) still runs to its end."""
     if thread.is_alive() and thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_RenderTimedOut))
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                   ctypes.py_object(_RenderTimedOut))

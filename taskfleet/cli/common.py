@@ -36,33 +36,40 @@ def add_connection_flags(parser: argparse.ArgumentParser, after_command: bool) -
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if after_command else value
 
-    parser.add_argument("--address", default=default(None),
-                        help="Temporal host:port (default: TEMPORAL_ADDRESS, a config profile, or localhost:7233)")
-    parser.add_argument("--namespace", default=default(None),
-                        help="Temporal namespace (default: TEMPORAL_NAMESPACE, a config profile, or default)")
-    parser.add_argument("--task-queue", default=default(os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)),
-                        help="the task queue taskfleet's workers poll (env TASKFLEET_TASK_QUEUE; default taskfleet)")
+    parser.add_argument(
+        "--address", default=default(None),
+        help="Temporal host:port (default: TEMPORAL_ADDRESS, a config profile, or localhost:7233)")
+    parser.add_argument(
+        "--namespace", default=default(None),
+        help="Temporal namespace (default: TEMPORAL_NAMESPACE, a config profile, or default)")
+    parser.add_argument("--task-queue",
+                        default=default(os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)),
+                        help="the task queue taskfleet's workers poll (env TASKFLEET_TASK_QUEUE; "
+                             "default taskfleet)")
 
 
 def add_clone_flags(parser: argparse.ArgumentParser) -> None:
     """The clone a git batcher or merge queue serves: its path on the worker and its remote."""
     parser.add_argument("--repo", required=True, help="path of the clone, as the worker sees it")
-    parser.add_argument("--remote", default="origin", help="the remote it lands on (default origin)")
+    parser.add_argument("--remote", default="origin",
+                        help="the remote it lands on (default origin)")
 
 
 def add_batch_flags(parser: argparse.ArgumentParser, max_batch: int, max_wait: float, what: str,
                     old_names: tuple[str, str] | None = None) -> None:
     """The two settings every batching workflow has, one name each (`git` and `queue` alike), used
     only by the call that starts it; `old_names` stay accepted, unlisted."""
-    parser.add_argument("--max-batch", type=int, default=max_batch,
-                        help=f"at most this many {what} per batch, if this starts it (default {max_batch})")
+    parser.add_argument(
+        "--max-batch", type=int, default=max_batch,
+        help=f"at most this many {what} per batch, if this starts it (default {max_batch})")
     parser.add_argument("--max-wait-seconds", type=float, default=max_wait,
-                        help=f"the longest the oldest of the {what} waits for a batch, if this starts it "
-                             f"(default {max_wait:g})")
+                        help=f"the longest the oldest of the {what} waits for a batch, if this "
+                             f"starts it (default {max_wait:g})")
     if old_names:
-        parser.add_argument(old_names[0], dest="max_batch", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        parser.add_argument(old_names[1], dest="max_wait_seconds", type=float, default=argparse.SUPPRESS,
+        parser.add_argument(old_names[0], dest="max_batch", type=int, default=argparse.SUPPRESS,
                             help=argparse.SUPPRESS)
+        parser.add_argument(old_names[1], dest="max_wait_seconds", type=float,
+                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def add_json_flag(parser: argparse.ArgumentParser, what: str = "the answer") -> None:

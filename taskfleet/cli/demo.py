@@ -41,7 +41,8 @@ DEMO_TASK_QUEUE = "taskfleet-demo"
 def prepare_demo_repo(folder: Path) -> Path:
     """A fresh clone of a fresh bare remote, seeded from examples/demo-repo; returns the clone."""
     shutil.rmtree(folder, ignore_errors=True)
-    return make_sample_remote(folder, seed_from=EXAMPLES / "demo-repo", message="calc: an empty calculator").clone
+    return make_sample_remote(folder, seed_from=EXAMPLES / "demo-repo",
+                              message="calc: an empty calculator").clone
 
 
 async def _wait_for_ctrl_c() -> None:
@@ -79,8 +80,8 @@ async def _end_idle_batcher(client: Client, clone: Path) -> None:
     try:
         status = await batcher.status()
         if status.queue or status.pending_batches or status.failed_batches or status.executing:
-            print(f"batcher:  {batcher.workflow_id} still has work; it stays running (serve it with "
-                  f"`taskfleet-worker --task-queue {DEMO_TASK_QUEUE}`)")
+            print(f"batcher:  {batcher.workflow_id} still has work; it stays running (serve it "
+                  f"with `taskfleet-worker --task-queue {DEMO_TASK_QUEUE}`)")
             return
         await batcher.handle.terminate(reason="taskfleet demo finished: nothing left to push")
     except RPCError as err:
@@ -125,29 +126,34 @@ async def _demo(args: argparse.Namespace) -> int:
                 workflow_id=orchestrator_workflow_id(board.name, uuid.uuid4().hex[:8]),
                 git_max_batch_size=10,
             )
-            print(f"running board {board.name} ({len(board.tasks)} tasks) as {handle.id} on {clone}", flush=True)
+            print(
+                f"running board {board.name} ({len(board.tasks)} tasks) as {handle.id} on {clone}",
+                flush=True)
             result = await watch(handle, len(board.tasks), show=sys.stderr.isatty())
             print(summary_table(result))
             pushes = len((state_dir / "demo" / "pushes.log").read_text().splitlines())
             landed = sum(t.landed for t in result.tasks)
             print()
-            print(f"speed-up: {result.stats.speedup:.2f}x ({result.stats.task_seconds:.1f}s of task time "
-                  f"in {result.stats.wall_seconds:.1f}s)")
+            print(f"speed-up: {result.stats.speedup:.2f}x ({result.stats.task_seconds:.1f}s of "
+                  f"task time in {result.stats.wall_seconds:.1f}s)")
             print(f"pushes:   {pushes} for {landed} landed tasks (the remote's hook counted them)")
             await _end_idle_batcher(session.client, clone)
             keep_up = sys.stdin.isatty() and not args.no_wait
             stops = session.started_here and not keep_up
-            print(f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}"
-                  + (" (once the server is back, see below)" if stops else ""))
+            print(
+                f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}"
+                + (" (once the server is back, see below)" if stops else ""))
             flags = f"--address {config['target_host']}"
             if not stops:
                 print(f"CLI:      {_shown(find_temporal_cli())} workflow list {flags}")
                 print(f"          {_script('taskfleet')} {flags} status {handle.id}")
             else:
                 # The server we started stops with us: point at how to bring it (and the run) back.
-                print(f"Server:   stopped with the demo; the run's history is kept in {state_dir / 'temporal.db'}.")
-                print(f"          `{_script('taskfleet-worker')} --dev {flags} --state-dir {_shown(str(state_dir))} --task-queue "
-                      f"{DEMO_TASK_QUEUE}` brings it back, then `{_script('taskfleet')} {flags} status {handle.id}`")
+                print("Server:   stopped with the demo; the run's history is kept in "
+                      f"{state_dir / 'temporal.db'}.")
+                print(f"          `{_script('taskfleet-worker')} --dev {flags} --state-dir "
+                      f"{_shown(str(state_dir))} --task-queue {DEMO_TASK_QUEUE}` brings it back, "
+                      f"then `{_script('taskfleet')} {flags} status {handle.id}`")
             if keep_up:
                 print("The server stays up so you can browse the run; Ctrl-C to stop.", flush=True)
                 await _wait_for_ctrl_c()
@@ -156,11 +162,16 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the example board on the embedded dev server", **examples(
-        "taskfleet demo", "taskfleet demo --llm --no-wait", "taskfleet --address localhost:7233 demo --state-dir /tmp/tf-demo"))
-    p.add_argument("--board", help="default: examples/demo-board.toml (--llm: examples/llm-board.toml)")
-    p.add_argument("--llm", action="store_true", help="the Claude board: the real API if ANTHROPIC_API_KEY is "
-                   "set, else the bundled offline stand-in")
+    p = sub.add_parser(
+        "demo", help="run the example board on the embedded dev server",
+        **examples("taskfleet demo", "taskfleet demo --llm --no-wait",
+                   "taskfleet --address localhost:7233 demo --state-dir /tmp/tf-demo"))
+    p.add_argument("--board",
+                   help="default: examples/demo-board.toml (--llm: examples/llm-board.toml)")
+    p.add_argument("--llm", action="store_true",
+                   help="the Claude board: the real API if ANTHROPIC_API_KEY is set, else the "
+                        "bundled offline stand-in")
     p.add_argument("--state-dir", default=".taskfleet", help="dev server database, demo repo, logs")
-    p.add_argument("--no-wait", action="store_true", help="exit after the summary even in a terminal")
+    p.add_argument("--no-wait", action="store_true",
+                   help="exit after the summary even in a terminal")
     p.set_defaults(func=demo)

@@ -27,12 +27,14 @@ def canned_standin(path: Path) -> StandIn:
     """The stand-in scripted from an answers file: per task its first answer, its answer after the
     judge sent it back (`revised`), and the judge's answers in order (`reviews`)."""
     answers = tomllib.loads(path.read_text())
-    script = {task: [_answer(a)] + ([_answer(a["revised"])] if "revised" in a else []) for task, a in answers.items()}
+    script = {task: [_answer(a)] + ([_answer(a["revised"])] if "revised" in a else [])
+              for task, a in answers.items()}
     reviews = {task: list(a.get("reviews", [])) for task, a in answers.items()}
 
     def behave(task_id: str, params: dict) -> dict:
         answer = answers.get(task_id)
-        return _answer(answer.get("revised", answer)) if answer else default_behavior(task_id, params)
+        return (_answer(answer.get("revised", answer)) if answer
+                else default_behavior(task_id, params))
 
     return StandIn(script=script, reviews=reviews, default=behave, batch_polls=1)
 
@@ -48,8 +50,9 @@ def llm_backend(answers: Path) -> Iterator[str]:
     saved = {k: os.environ.get(k) for k in standin.env()}
     os.environ.update(standin.env())
     try:
-        yield (f"Claude: ANTHROPIC_API_KEY is not set, so the demo uses the bundled OFFLINE STAND-IN at "
-               f"{standin.url}: no model is called; its answers are canned ({answers.name}).")
+        yield (
+            "Claude: ANTHROPIC_API_KEY is not set, so the demo uses the bundled OFFLINE STAND-IN "
+            f"at {standin.url}: no model is called; its answers are canned ({answers.name}).")
     finally:
         for key, value in saved.items():
             if value is None:
@@ -58,6 +61,7 @@ def llm_backend(answers: Path) -> Iterator[str]:
                 os.environ[key] = value
         calls = standin.calls
         judged = len(standin.requests_for("submit_review"))
-        print(f"stand-in API calls: {calls['batches.create']} batch create(s) for {len(standin.requests)} request(s) "
-              f"({len(standin.requests) - judged} implementer, {judged} judge), {calls['messages.create']} direct call(s)")
+        print(f"stand-in API calls: {calls['batches.create']} batch create(s) for "
+              f"{len(standin.requests)} request(s) ({len(standin.requests) - judged} implementer, "
+              f"{judged} judge), {calls['messages.create']} direct call(s)")
         standin.stop()

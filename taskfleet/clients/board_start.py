@@ -57,14 +57,15 @@ async def start_board_file(run: BoardRun, say: Callable[[str], None]) -> Started
     board = store_checked_board(checked, run.repo, run.remote if run.check_clone else None)
     if checked.own_verification:
         # The cell is more specific, so it wins; say so rather than ignore --verify silently.
-        say(f"--verify applies to the other tasks; {', '.join(checked.own_verification)} keep the command in their "
-            "Verification cell")
+        say(f"--verify applies to the other tasks; {', '.join(checked.own_verification)} keep the "
+            "command in their Verification cell")
     client = await connect(load_connect_config(run.address, run.namespace))
     notice = await ensure_search_attributes(client)
     if notice:
         say(notice)
-    handle = await start_board(client, board, run.repo, task_queue=run.task_queue, remote=run.remote,
-                               max_parallel=run.max_parallel, workflow_id=run.workflow_id)
+    handle = await start_board(client, board, run.repo, task_queue=run.task_queue,
+                               remote=run.remote, max_parallel=run.max_parallel,
+                               workflow_id=run.workflow_id)
     open_tasks = (board.reference.open_tasks if isinstance(board, StoredBoard)
                   else sum(1 for t in board.tasks if not t.done))
     return StartedBoard(client=client, handle=handle, open_tasks=open_tasks)

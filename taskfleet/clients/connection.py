@@ -42,7 +42,8 @@ def describe(config: dict[str, Any]) -> str:
 def make_runtime(metrics_address: str | None) -> Runtime | None:
     if not metrics_address:
         return None
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_address)))
+    return Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_address)))
 
 
 def split_host_port(address: str) -> tuple[str, int]:

@@ -48,7 +48,8 @@ SIGNAL_MAX_OPS = 200
 SIGNAL_MAX_BYTES = 256 * 1024
 
 
-def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+def git_batch_workflow_id(repo: str, remote: str = "origin",
+                          task_queue: str = DEFAULT_TASK_QUEUE) -> str:
     """The batcher's workflow id for a clone (a relative path resolved here), remote and queue."""
     return _pure_workflow_id(os.path.abspath(repo), remote, task_queue)
 
@@ -56,7 +57,8 @@ def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = D
 class GitBatcherClient:
     """Talks to the `GitBatchWorkflow` of one (clone, remote), starting it lazily."""
 
-    def __init__(self, client: Client, config: GitBatchConfig, task_queue: str = DEFAULT_TASK_QUEUE):
+    def __init__(self, client: Client, config: GitBatchConfig,
+                 task_queue: str = DEFAULT_TASK_QUEUE):
         self.client = client
         self.config = config
         self.task_queue = task_queue
@@ -80,9 +82,9 @@ class GitBatcherClient:
         payload: Any = ops[0] if len(ops) == 1 else ops
 
         async def start(options: dict[str, Any]) -> Any:
-            return await self.client.start_workflow(
-                GIT_BATCH_WORKFLOW, self.config, start_signal=SIGNAL_ENQUEUE, start_signal_args=[payload], **options,
-            )
+            return await self.client.start_workflow(GIT_BATCH_WORKFLOW, self.config,
+                                                    start_signal=SIGNAL_ENQUEUE,
+                                                    start_signal_args=[payload], **options)
 
         await with_start_options(start, self.config, self.task_queue)
 
@@ -113,7 +115,8 @@ class GitBatcherClient:
         update_id = str(uuid.uuid4())
         while True:
             try:
-                return await self.handle.execute_update(name, args=list(args), id=update_id, result_type=BatchResult)
+                return await self.handle.execute_update(name, args=list(args), id=update_id,
+                                                        result_type=BatchResult)
             except WorkflowUpdateFailedError as err:
                 cause = err.cause
                 busy = isinstance(cause, ApplicationError) and cause.type == CONTINUING_AS_NEW

@@ -52,13 +52,17 @@ async def start_board(
         static_summary=f"board {name}: {open_tasks} tasks on {repo}",
     )
     try:
-        return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params, search_attributes=tagged("board", repo), **options)
+        return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params,
+                                           search_attributes=tagged("board", repo), **options)
     except Exception as err:
         if not is_unknown_search_attribute(err):
             raise
-        return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params, search_attributes=TypedSearchAttributes([]), **options)
+        return await client.start_workflow(ORCHESTRATOR_WORKFLOW, params,
+                                           search_attributes=TypedSearchAttributes([]), **options)
 
 
-async def progress(handle: WorkflowHandle, rpc_timeout: timedelta | None = None) -> OrchestratorProgress:
+async def progress(handle: WorkflowHandle,
+                   rpc_timeout: timedelta | None = None) -> OrchestratorProgress:
     """The running workflow's `progress` query (a worker answers; `rpc_timeout` bounds the wait)."""
-    return await handle.query(QUERY_PROGRESS, result_type=OrchestratorProgress, rpc_timeout=rpc_timeout)
+    return await handle.query(QUERY_PROGRESS, result_type=OrchestratorProgress,
+                              rpc_timeout=rpc_timeout)

@@ -18,7 +18,6 @@ async def start_plan(client: Client, plan: PlanInput, task_queue: str = DEFAULT_
     """The input goes as plain JSON, as a person would type it into `temporal workflow start`."""
     workflow_id = workflow_id or plan_workflow_id(plan.goal, uuid.uuid4().hex[:8])
     goal = " ".join(plan.goal.split())
-    return await client.start_workflow(
-        PLANNER_WORKFLOW, asdict(plan), id=workflow_id, task_queue=task_queue, result_type=PlanResult,
-        static_summary=f"plan: {goal}"[:200],
-    )
+    return await client.start_workflow(PLANNER_WORKFLOW, asdict(plan), id=workflow_id,
+                                       task_queue=task_queue, result_type=PlanResult,
+                                       static_summary=f"plan: {goal}"[:200])

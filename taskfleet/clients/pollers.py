@@ -14,7 +14,8 @@ __all__ = ["MISSING", "WAITING", "WORKING", "run_worker_state", "workflow_poller
 WORKING, WAITING, MISSING = "working", "waiting", "missing"
 
 
-async def run_worker_state(client: Client, handle: WorkflowHandle, task_queue: str, after: float) -> str:
+async def run_worker_state(client: Client, handle: WorkflowHandle, task_queue: str,
+                           after: float) -> str:
     """MISSING (nobody polls, or the workflow task has waited `after` seconds), WORKING, or WAITING;
     the poller list alone still shows a stopped worker for minutes."""
     if not await workflow_pollers(client, task_queue):

@@ -12,12 +12,12 @@ from taskfleet.core.errors import StartupError
 
 
 def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["git", "-C", repo, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30
-    )
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=30)
 
 
-def check_clone(repo: str, base: str, remote: str, queue_target: str | None = None) -> tuple[str, str]:
+def check_clone(repo: str, base: str, remote: str,
+                queue_target: str | None = None) -> tuple[str, str]:
     """The clone's absolute path and base branch (none named: the remote's default), or a
     `StartupError` saying what is wrong. With `queue_target`, that branch must be there too."""
     path = os.path.abspath(repo)
@@ -27,9 +27,8 @@ def check_clone(repo: str, base: str, remote: str, queue_target: str | None = No
     if top.returncode != 0:
         raise StartupError(f"--repo {repo}: not a git repository ({path})")
     if os.path.realpath(top.stdout.strip()) != os.path.realpath(path):
-        raise StartupError(
-            f"--repo {repo}: is inside the clone {top.stdout.strip()}, not its top folder; pass that instead"
-        )
+        raise StartupError(f"--repo {repo}: is inside the clone {top.stdout.strip()}, not its top "
+                           "folder; pass that instead")
     if _git(path, "remote", "get-url", remote).returncode != 0:
         remotes = _git(path, "remote").stdout.split()
         raise StartupError(
@@ -44,9 +43,8 @@ def check_clone(repo: str, base: str, remote: str, queue_target: str | None = No
         )
     if queue_target is not None and not _has_branch(path, remote, queue_target or base):
         raise StartupError(
-            f"--repo {path}: the merge queue's target {queue_target or base!r} exists neither locally nor on "
-            f"{remote}; set `queue_target` (or `base`) to a branch the remote has"
-        )
+            f"--repo {path}: the merge queue's target {queue_target or base!r} exists neither "
+            f"locally nor on {remote}; set `queue_target` (or `base`) to a branch the remote has")
     return path, base
 
 
@@ -60,7 +58,6 @@ def default_base(repo: str, remote: str) -> str:
     name = default_branch(os.path.abspath(repo), remote)
     if not name:
         raise StartupError(
-            f"--repo {repo}: cannot tell the default branch of {remote} (no {remote}/HEAD, and the remote "
-            "does not say); pass --base (markdown board) or set `base` in the board"
-        )
+            f"--repo {repo}: cannot tell the default branch of {remote} (no {remote}/HEAD, and the "
+            "remote does not say); pass --base (markdown board) or set `base` in the board")
     return name

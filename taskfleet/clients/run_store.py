@@ -12,10 +12,8 @@ from typing import Any, TextIO
 from taskfleet.core.models.orchestrator import OrchestratorProgress, OrchestratorResult
 from taskfleet.core.run_store import RunStoreError, iter_outcomes, run_ref
 
-__all__ = [
-    "RunStoreError", "iter_run_outcomes", "run_outcomes", "run_ref", "write_json_with_tasks", "write_result_json",
-    "write_status_json",
-]
+__all__ = ["RunStoreError", "iter_run_outcomes", "run_outcomes", "run_ref", "write_json_with_tasks",
+           "write_result_json", "write_status_json"]
 
 
 def iter_run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
@@ -23,8 +21,8 @@ def iter_run_outcomes(repo: str, ref: str) -> Iterator[dict[str, Any]]:
     return iter_outcomes(repo, ref)
 
 
-def write_json_with_tasks(out: TextIO, head: dict[str, Any], tasks: Iterator[dict[str, Any]], tail: dict[str, Any],
-                          indent: int = 2) -> int:
+def write_json_with_tasks(out: TextIO, head: dict[str, Any], tasks: Iterator[dict[str, Any]],
+                          tail: dict[str, Any], indent: int = 2) -> int:
     """Print `{**head, "tasks": [...], **tail}` as `json.dumps(..., indent=2)` would, one task at a
     time, without building it; returns how many tasks were written."""
     pad = " " * indent
@@ -68,7 +66,8 @@ def write_result_json(out: TextIO, result: OrchestratorResult, workflow_id: str 
     return write_json_with_tasks(out, {}, run_outcomes(result.repo, result.run_ref), data)
 
 
-def _with_recent(stored: Iterator[dict[str, Any]], recent: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _with_recent(stored: Iterator[dict[str, Any]],
+                 recent: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Every stored outcome, then the recently finished tasks not yet in the store (a few dozen,
     from `progress`), so a running run's fresh failure shows at once."""
     unseen = {t["id"]: t for t in recent}
@@ -95,7 +94,9 @@ def write_status_json(out: TextIO, state: str, progress: OrchestratorProgress,
     else:
         finished = run_outcomes(progress.repo, progress.run_ref)
         if result is None:  # running: the store, the finished not yet stored, the in flight
-            finished = _with_recent(finished, [asdict(t) for t in progress.tasks if t.status not in ("pending", "running")])
-        in_flight = (asdict(t) for t in progress.tasks if t.status in ("pending", "running")) if result is None else iter(())
+            finished = _with_recent(finished, [asdict(t) for t in progress.tasks
+                                               if t.status not in ("pending", "running")])
+        in_flight = ((asdict(t) for t in progress.tasks if t.status in ("pending", "running"))
+                     if result is None else iter(()))
         tasks = itertools.chain(finished, in_flight)
     return write_json_with_tasks(out, head, tasks, tail)

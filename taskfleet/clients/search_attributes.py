@@ -28,14 +28,12 @@ async def ensure_search_attributes(client: Client) -> str:
         listed = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
-        missing = [k.name for k in ALL if k.name not in listed.custom_attributes and k.name not in listed.system_attributes]
+        missing = [k.name for k in ALL if k.name not in listed.custom_attributes
+                   and k.name not in listed.system_attributes]
         if missing:
             await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(
-                    namespace=client.namespace,
-                    search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing},
-                )
-            )
+                AddSearchAttributesRequest(namespace=client.namespace, search_attributes={
+                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing}))
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             # Not a permission matter: nothing will start in a namespace that does not exist.

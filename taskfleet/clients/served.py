@@ -19,8 +19,8 @@ class NoWorkerServes(StartupError):
     """Printed as one line by the CLI (exit code 2)."""
 
 
-async def served(client: Client, workflow_id: str, call: Awaitable[T], what: str, after: float = UNSERVED_SECONDS,
-                 every: float = 1.0) -> T:
+async def served(client: Client, workflow_id: str, call: Awaitable[T], what: str,
+                 after: float = UNSERVED_SECONDS, every: float = 1.0) -> T:
     """`call`'s result, or NoWorkerServes once its workflow has waited `after` seconds for a worker
     (at once when nobody polls the queue)."""
     task = asyncio.ensure_future(call)

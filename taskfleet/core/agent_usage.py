@@ -20,7 +20,8 @@ class AgentUsage:
 
 
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
+    return (float(value) if isinstance(value, (int, float)) and not isinstance(value, bool)
+            and value >= 0 else 0.0)
 
 
 def parse_usage_report(text: str) -> AgentUsage | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+            "\f": "\\f", "\r": "\\r"}
 
 
 def toml_string(text: str) -> str:
@@ -36,14 +37,17 @@ def toml_value(value: Any) -> str:
 
 def comment(lines: Iterable[str]) -> str:
     """`# ` lines; characters TOML refuses in a comment (controls but tab) become spaces."""
-    clean = ("".join(" " if (ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F else c for c in line) for line in lines)
+    clean = ("".join(" " if (ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F else c for c in line)
+             for line in lines)
     return "".join(f"# {line}".rstrip() + "\n" for line in clean)
 
 
-def board_toml(settings: dict[str, Any], tasks: list[dict[str, Any]], header: Iterable[str] = ()) -> str:
+def board_toml(settings: dict[str, Any], tasks: list[dict[str, Any]],
+               header: Iterable[str] = ()) -> str:
     """Board-wide keys first, then one `[[tasks]]` table per task, keys in the order given."""
     text = comment(header)
     text += "".join(f"{key} = {toml_value(value)}\n" for key, value in settings.items())
     for task in tasks:
-        text += "\n[[tasks]]\n" + "".join(f"{key} = {toml_value(value)}\n" for key, value in task.items())
+        text += "\n[[tasks]]\n" + "".join(f"{key} = {toml_value(value)}\n"
+                                          for key, value in task.items())
     return text

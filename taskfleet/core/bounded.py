@@ -17,7 +17,8 @@ MAX_PREVIEW_CHARS = 600
 
 def clip(text: str, limit: int = 300) -> str:
     """`text` on one line, cut to about `limit` characters with a note of how much was cut."""
-    text = " | ".join(part for part in str(text).splitlines() if part.strip()) if "\n" in str(text) else str(text)
+    text = (" | ".join(part for part in str(text).splitlines() if part.strip()) if "\n" in str(text)
+            else str(text))
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… (+{len(text) - limit} chars)"

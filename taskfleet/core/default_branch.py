@@ -8,8 +8,8 @@ import subprocess
 
 
 def _git(repo: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=timeout, check=False)
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout, check=False)
 
 
 def _exists(repo: str, ref: str) -> bool:

@@ -15,7 +15,8 @@ from taskfleet.core.search_attributes import is_unknown_search_attribute, tagged
 T = TypeVar("T")
 
 
-def start_options(config: GitBatchConfig, task_queue: str, search_attributes: bool = True) -> dict[str, Any]:
+def start_options(config: GitBatchConfig, task_queue: str,
+                  search_attributes: bool = True) -> dict[str, Any]:
     repo = os.path.abspath(config.repo)
     options: dict[str, Any] = dict(
         id=git_batch_workflow_id(repo, config.remote, task_queue),

@@ -31,7 +31,8 @@ class GitStoreError(RuntimeError):
     """A git command on the store failed; the message is git's own last line."""
 
 
-def git(repo: str | Path, *args: str, data: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+def git(repo: str | Path, *args: str, data: bytes | None = None,
+        env: dict[str, str] | None = None) -> bytes:
     """`git -C repo args...`; its stdout, or GitStoreError naming the command and git's reason."""
     try:
         done = subprocess.run(
@@ -42,7 +43,8 @@ def git(repo: str | Path, *args: str, data: bytes | None = None, env: dict[str, 
         raise GitStoreError(f"cannot run git: {err.strerror}") from None
     if done.returncode != 0:
         lines = done.stderr.decode(errors="replace").strip().splitlines()
-        raise GitStoreError(f"git {args[0]} in {repo}: {lines[-1] if lines else f'exit {done.returncode}'}")
+        raise GitStoreError(
+            f"git {args[0]} in {repo}: {lines[-1] if lines else f'exit {done.returncode}'}")
     return done.stdout
 
 
@@ -143,7 +145,8 @@ def write_blob(repo: str | Path, data: bytes) -> str:
     return str(open_repository(repo).create_blob(data))
 
 
-def write_tree(repo: str | Path, blobs: list[tuple[str, str]], trees: list[tuple[str, str]] = ()) -> str:
+def write_tree(repo: str | Path, blobs: list[tuple[str, str]],
+               trees: list[tuple[str, str]] = ()) -> str:
     """A tree of `blobs` and subtrees, each (name, id); libgit2 puts them in git's order."""
     handle = open_repository(repo)
     builder = handle.TreeBuilder()
@@ -158,7 +161,8 @@ def write_tree(repo: str | Path, blobs: list[tuple[str, str]], trees: list[tuple
 
 
 def signature() -> pygit2.Signature:
-    return pygit2.Signature(_IDENTITY["GIT_COMMITTER_NAME"], _IDENTITY["GIT_COMMITTER_EMAIL"], int(time.time()), 0)
+    return pygit2.Signature(_IDENTITY["GIT_COMMITTER_NAME"], _IDENTITY["GIT_COMMITTER_EMAIL"],
+                            int(time.time()), 0)
 
 
 def write_commit(repo: str | Path, tree: str, parent: str | None, message: str) -> str:
@@ -166,7 +170,8 @@ def write_commit(repo: str | Path, tree: str, parent: str | None, message: str) 
     handle = open_repository(repo)
     who = signature()
     parents = [pygit2.Oid(hex=parent)] if parent else []
-    oid = handle.create_commit(None, who, who, message.rstrip("\n") + "\n", pygit2.Oid(hex=tree), parents)
+    oid = handle.create_commit(None, who, who, message.rstrip("\n") + "\n",
+                               pygit2.Oid(hex=tree), parents)
     return str(oid)
 
 

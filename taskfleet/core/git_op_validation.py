@@ -17,7 +17,8 @@ _MAX_MESSAGE = 64 * 1024
 _MAX_FILES = 10_000
 # One op as JSON (all fields): bounds what a queued op costs the batcher's carried state.
 MAX_OP_BYTES = 64 * 1024
-_MAX_LENGTHS = {"id": 200, "branch": 255, "target": 255, "worktree": 4096, "reply_to": 1000, "expect_commit": 40}
+_MAX_LENGTHS = {"id": 200, "branch": 255, "target": 255, "worktree": 4096, "reply_to": 1000,
+                "expect_commit": 40}
 _SHA1_HEX = re.compile(r"[0-9a-f]{40}")
 
 
@@ -77,10 +78,12 @@ def parse_git_op(raw: Any) -> GitOp:
         raise InvalidGitOp(f"a git op must be a JSON object, got {type(raw).__name__}")
     unknown = [str(name) for name in raw if name not in _OP_FIELDS and name != "enqueued_at"]
     if unknown:
-        shown = ", ".join(name if len(name) <= 40 else f"{name[:40]}…" for name in sorted(unknown[:100])[:5])
+        shown = ", ".join(name if len(name) <= 40 else f"{name[:40]}…"
+                          for name in sorted(unknown[:100])[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise InvalidGitOp(f"unknown field(s) {shown}{more}; allowed: {sorted(_OP_FIELDS)}")
-    for name in ("id", "op_type", "branch", "message", "worktree", "target", "reply_to", "expect_commit"):
+    for name in ("id", "op_type", "branch", "message", "worktree", "target", "reply_to",
+                 "expect_commit"):
         if name in raw and raw[name] is not None and not isinstance(raw[name], str):
             raise InvalidGitOp(f"field {name!r} must be a string")
     for name, limit in _MAX_LENGTHS.items():
@@ -127,7 +130,8 @@ def parse_git_op(raw: Any) -> GitOp:
         if not op.worktree:
             raise InvalidGitOp("a commit op needs 'worktree' (where the changes are)")
     if op.expect_commit and not _SHA1_HEX.fullmatch(op.expect_commit):
-        raise InvalidGitOp("field 'expect_commit' must be a full 40-hex commit id (lower case) or empty")
+        raise InvalidGitOp(
+            "field 'expect_commit' must be a full 40-hex commit id (lower case) or empty")
     if op.expect_commit and op.op_type == "commit":
         raise InvalidGitOp("'expect_commit' applies to push and merge ops only")
     if op.force and op.op_type != "push":
@@ -146,7 +150,8 @@ def parse_git_op(raw: Any) -> GitOp:
             raise InvalidGitOp(problem)
     size = json_size(op)
     if size > MAX_OP_BYTES:
-        raise InvalidGitOp(f"op is {size // 1024} KiB as JSON; the limit is {MAX_OP_BYTES // 1024} KiB")
+        raise InvalidGitOp(
+            f"op is {size // 1024} KiB as JSON; the limit is {MAX_OP_BYTES // 1024} KiB")
     return op
 
 
@@ -158,7 +163,8 @@ def parse_config(raw: Any) -> GitBatchConfig:
         known = {f.name for f in fields(GitBatchConfig)}
         unknown = sorted(set(raw) - known)
         if unknown:
-            raise InvalidGitOp(f"unknown start field(s) {', '.join(unknown)}; allowed: {sorted(known)}")
+            raise InvalidGitOp(
+                f"unknown start field(s) {', '.join(unknown)}; allowed: {sorted(known)}")
         if not raw.get("repo"):
             raise InvalidGitOp("start input needs 'repo' (path of the clone on the worker)")
         try:
@@ -169,10 +175,12 @@ def parse_config(raw: Any) -> GitBatchConfig:
         raise InvalidGitOp("start input must be a JSON object with at least 'repo'")
     if not isinstance(config.repo, str) or not config.repo.startswith("/"):
         raise InvalidGitOp(f"repo {config.repo!r} must be an absolute path on the worker")
-    if not isinstance(config.remote, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", config.remote):
+    if (not isinstance(config.remote, str)
+            or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", config.remote)):
         raise InvalidGitOp(f"remote {config.remote!r} is not a valid remote name")
     if not isinstance(config.max_batch_size, int) or config.max_batch_size < 1:
         raise InvalidGitOp("max_batch_size must be a whole number >= 1")
-    if not isinstance(config.max_batch_age_seconds, (int, float)) or config.max_batch_age_seconds <= 0:
+    if (not isinstance(config.max_batch_age_seconds, (int, float))
+            or config.max_batch_age_seconds <= 0):
         raise InvalidGitOp("max_batch_age_seconds must be > 0")
     return config

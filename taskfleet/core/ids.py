@@ -15,11 +15,13 @@ def slug(text: str, limit: int = 40) -> str:
     return _UNSAFE.sub("-", text).strip("-")[:limit] or "x"
 
 
-def git_batch_workflow_id(repo: str, remote: str = "origin", task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+def git_batch_workflow_id(repo: str, remote: str = "origin",
+                          task_queue: str = DEFAULT_TASK_QUEUE) -> str:
     """`taskfleet-git-<clone name>-<remote>-<8 hex>`: one batcher per (clone, remote, task queue),
     run where its callers' workers poll. `repo` must be absolute (callers resolve it)."""
     path = posixpath.normpath(repo)
-    key = f"{path}\0{remote}" if task_queue == DEFAULT_TASK_QUEUE else f"{path}\0{remote}\0{task_queue}"
+    key = (f"{path}\0{remote}" if task_queue == DEFAULT_TASK_QUEUE
+           else f"{path}\0{remote}\0{task_queue}")
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     return f"taskfleet-git-{slug(posixpath.basename(path) or 'repo')}-{remote}-{digest}"
 
@@ -30,7 +32,8 @@ def merge_queue_workflow_id(
     """`taskfleet-queue-<clone name>-<remote>-<target>-<8 hex>`: one merge queue per (clone, remote,
     target, task queue). `repo` must be absolute."""
     path = posixpath.normpath(repo)
-    key = f"{path}\0{remote}\0{target}" + ("" if task_queue == DEFAULT_TASK_QUEUE else f"\0{task_queue}")
+    key = f"{path}\0{remote}\0{target}" + ("" if task_queue == DEFAULT_TASK_QUEUE
+                                           else f"\0{task_queue}")
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     return f"taskfleet-queue-{slug(posixpath.basename(path) or 'repo')}-{remote}-{slug(target, 40)}-{digest}"
 

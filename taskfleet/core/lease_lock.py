@@ -46,7 +46,8 @@ def _one_object(args: Sequence[Any], names: tuple[str, ...], what: str) -> dict[
     if not args:
         raise InvalidLeaseMessage(f"{what}: no input; send {{{', '.join(repr(n) for n in names)}}}")
     if len(args) > len(names):
-        raise InvalidLeaseMessage(f"{what}: {len(args)} inputs, at most {len(names)} ({', '.join(names)})")
+        raise InvalidLeaseMessage(
+            f"{what}: {len(args)} inputs, at most {len(names)} ({', '.join(names)})")
     return dict(zip(names, args))
 
 
@@ -64,7 +65,8 @@ def _seconds(value: Any, name: str, low: float, high: float, what: str) -> float
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidLeaseMessage(f"{what}: {name!r} must be a number of seconds")
     if not low <= value <= high:
-        raise InvalidLeaseMessage(f"{what}: {name!r} must be from {low:g} to {high:g} seconds, got {value:g}")
+        raise InvalidLeaseMessage(
+            f"{what}: {name!r} must be from {low:g} to {high:g} seconds, got {value:g}")
     return float(value)
 
 
@@ -72,16 +74,15 @@ def parse_acquire(args: Sequence[Any]) -> AcquireRequest:
     """`{"holder", "lease_seconds"?, "wait_seconds"?, "min_token"?}`, or as positional args."""
     data = _one_object(args, ("holder", "lease_seconds", "wait_seconds", "min_token"), "acquire")
     min_token = data.get("min_token", 0)
-    if isinstance(min_token, bool) or not isinstance(min_token, int) or not 0 <= min_token < MAX_TOKEN:
-        raise InvalidLeaseMessage(f"acquire: 'min_token' must be a whole number from 0 to {MAX_TOKEN - 1}")
-    return AcquireRequest(
-        holder=_holder(data.get("holder"), "acquire"),
-        lease_seconds=_seconds(
-            data.get("lease_seconds", DEFAULT_LEASE_SECONDS), "lease_seconds", MIN_LEASE_SECONDS, MAX_LEASE_SECONDS, "acquire"
-        ),
-        wait_seconds=_seconds(data.get("wait_seconds", 5.0), "wait_seconds", 0.0, MAX_WAIT_SECONDS, "acquire"),
-        min_token=min_token,
-    )
+    if (isinstance(min_token, bool) or not isinstance(min_token, int)
+            or not 0 <= min_token < MAX_TOKEN):
+        raise InvalidLeaseMessage(
+            f"acquire: 'min_token' must be a whole number from 0 to {MAX_TOKEN - 1}")
+    return AcquireRequest(holder=_holder(data.get("holder"), "acquire"), lease_seconds=_seconds(
+        data.get("lease_seconds", DEFAULT_LEASE_SECONDS), "lease_seconds", MIN_LEASE_SECONDS,
+        MAX_LEASE_SECONDS, "acquire"),
+                          wait_seconds=_seconds(data.get("wait_seconds", 5.0), "wait_seconds", 0.0,
+                                                MAX_WAIT_SECONDS, "acquire"), min_token=min_token)
 
 
 def parse_lease_ref(args: Sequence[Any], what: str) -> LeaseRef:
@@ -92,8 +93,10 @@ def parse_lease_ref(args: Sequence[Any], what: str) -> LeaseRef:
         raise InvalidLeaseMessage(f"{what}: 'token' must be a whole number >= 0")
     lease_seconds = data.get("lease_seconds", 0.0)
     if lease_seconds != 0:
-        lease_seconds = _seconds(lease_seconds, "lease_seconds", MIN_LEASE_SECONDS, MAX_LEASE_SECONDS, what)
-    return LeaseRef(holder=_holder(data.get("holder"), what), token=token, lease_seconds=float(lease_seconds))
+        lease_seconds = _seconds(lease_seconds, "lease_seconds", MIN_LEASE_SECONDS,
+                                 MAX_LEASE_SECONDS, what)
+    return LeaseRef(holder=_holder(data.get("holder"), what), token=token,
+                    lease_seconds=float(lease_seconds))
 
 
 def parse_config(raw: Any) -> LeaseLockConfig:
@@ -102,10 +105,12 @@ def parse_config(raw: Any) -> LeaseLockConfig:
         raw = {"resource": raw}
     if not isinstance(raw, dict):
         raise InvalidLeaseMessage("start input must be an object with 'resource'")
-    data = _one_object([raw], ("resource", "max_history_events", "max_waiters", "waiter_grace_seconds", "close_after_idle_seconds"), "start input")
+    data = _one_object([raw], ("resource", "max_history_events", "max_waiters",
+                               "waiter_grace_seconds", "close_after_idle_seconds"), "start input")
     resource = data.get("resource")
     if not isinstance(resource, str) or not resource.strip() or len(resource) > 4096:
-        raise InvalidLeaseMessage("start input: 'resource' must be a non-empty string (at most 4096 characters)")
+        raise InvalidLeaseMessage(
+            "start input: 'resource' must be a non-empty string (at most 4096 characters)")
     config = LeaseLockConfig(resource=resource)
     for name in ("max_history_events", "max_waiters"):
         if name in data:
@@ -114,9 +119,10 @@ def parse_config(raw: Any) -> LeaseLockConfig:
                 raise InvalidLeaseMessage(f"start input: {name!r} must be a whole number >= 0")
             setattr(config, name, value)
     if "waiter_grace_seconds" in data:
-        config.waiter_grace_seconds = _seconds(data["waiter_grace_seconds"], "waiter_grace_seconds", 1.0, 3600.0, "start input")
+        config.waiter_grace_seconds = _seconds(data["waiter_grace_seconds"], "waiter_grace_seconds",
+                                               1.0, 3600.0, "start input")
     if data.get("close_after_idle_seconds"):
-        config.close_after_idle_seconds = _seconds(
-            data["close_after_idle_seconds"], "close_after_idle_seconds", 1.0, 30 * 86400.0, "start input"
-        )
+        config.close_after_idle_seconds = _seconds(data["close_after_idle_seconds"],
+                                                   "close_after_idle_seconds", 1.0,
+                                                   30 * 86400.0, "start input")
     return config

@@ -26,7 +26,8 @@ def parse_plan_input(raw: Any) -> PlanInput:
     if isinstance(raw, PlanInput):
         raw = dict(raw.__dict__)
     if not isinstance(raw, dict):
-        raise InvalidPlanInput(f"the input must be a JSON object with goal and repo, got {type(raw).__name__}")
+        raise InvalidPlanInput(
+            f"the input must be a JSON object with goal and repo, got {type(raw).__name__}")
     unknown = sorted(str(k) for k in set(raw) - set(PlanInput.__dataclass_fields__))
     if unknown:
         raise InvalidPlanInput(f"unknown key(s) {', '.join(unknown)[:200]}; allowed: "
@@ -51,10 +52,11 @@ def _problem(p: PlanInput) -> str:
     problem = branch_name_problem(p.base)
     if problem:
         return f"base: {problem}"
-    if not isinstance(p.remote, str) or not p.remote or p.remote.startswith("-") or len(p.remote) > 255 \
-            or any(c.isspace() for c in p.remote):
+    if (not isinstance(p.remote, str) or not p.remote or p.remote.startswith("-")
+            or len(p.remote) > 255 or any(c.isspace() for c in p.remote)):
         return "remote must be a remote's name (no spaces, not starting with '-')"
-    if not isinstance(p.context, list) or not all(isinstance(g, str) and g.strip() for g in p.context):
+    if (not isinstance(p.context, list)
+            or not all(isinstance(g, str) and g.strip() for g in p.context)):
         return "context must be a list of repo-relative globs (strings)"
     for glob in p.context:
         if posixpath.isabs(glob) or ".." in glob.split("/"):
@@ -65,7 +67,8 @@ def _problem(p: PlanInput) -> str:
         return "model must be a model id string"
     if not _whole(p.max_tokens, 1, 1_000_000):
         return "max_tokens must be a whole number >= 1"
-    if not isinstance(p.template, str) or not p.template.strip() or len(p.template) > TEMPLATE_MAX_CHARS:
+    if (not isinstance(p.template, str) or not p.template.strip()
+            or len(p.template) > TEMPLATE_MAX_CHARS):
         return "template must be a template name (or template text)"
     if not isinstance(p.llm_batch, bool):
         return "llm_batch must be true or false"

@@ -18,10 +18,12 @@ class ReviewInvalid(ValueError):
 
 def parse_review(answer: Any) -> Review:
     if not isinstance(answer, dict):
-        raise ReviewInvalid("submit_review's input must be an object with verdict, reasons and comments")
+        raise ReviewInvalid(
+            "submit_review's input must be an object with verdict, reasons and comments")
     verdict = answer.get("verdict")
     if verdict not in VERDICTS:
-        raise ReviewInvalid(f"verdict must be one of {', '.join(VERDICTS)}, got {str(verdict)[:60]!r}")
+        raise ReviewInvalid(
+            f"verdict must be one of {', '.join(VERDICTS)}, got {str(verdict)[:60]!r}")
     reasons = answer.get("reasons", [])
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
         raise ReviewInvalid("reasons must be a list of strings")
@@ -31,7 +33,8 @@ def parse_review(answer: Any) -> Review:
     comments = []
     for i, comment in enumerate(comments_in[:MAX_COMMENTS]):
         if not isinstance(comment, dict):
-            raise ReviewInvalid(f"comments[{i}] must be an object with path, line (optional) and text")
+            raise ReviewInvalid(
+                f"comments[{i}] must be an object with path, line (optional) and text")
         path, text, line = comment.get("path"), comment.get("text"), comment.get("line")
         if not isinstance(path, str) or not isinstance(text, str):
             raise ReviewInvalid(f"comments[{i}]: path and text must be strings")
@@ -40,7 +43,8 @@ def parse_review(answer: Any) -> Review:
         comments.append(ReviewComment(path=path[:500], text=text[:TEXT_MAX_CHARS], line=line))
     if verdict != "approve" and not reasons and not comments:
         raise ReviewInvalid(f"a {verdict} verdict needs its reasons")
-    return Review(verdict=verdict, reasons=[r[:TEXT_MAX_CHARS] for r in reasons[:MAX_REASONS]], comments=comments)
+    return Review(verdict=verdict, reasons=[r[:TEXT_MAX_CHARS] for r in reasons[:MAX_REASONS]],
+                  comments=comments)
 
 
 def review_text(review: Review) -> str:

@@ -38,10 +38,12 @@ class RunStoreError(RuntimeError):
 
 def _recent_batches(repo: str | Path, tip: str) -> set[str]:
     out = git(repo, "log", f"-{RECENT_BATCHES}", "--first-parent", "--format=%s", tip).decode()
-    return {line[len(BATCH_SUBJECT):] for line in out.splitlines() if line.startswith(BATCH_SUBJECT)}
+    return {line[len(BATCH_SUBJECT):]
+            for line in out.splitlines() if line.startswith(BATCH_SUBJECT)}
 
 
-def append_outcomes(repo: str | Path, ref: str, batch_id: str, outcomes: Iterable[dict[str, Any]]) -> tuple[str, int, bool]:
+def append_outcomes(repo: str | Path, ref: str, batch_id: str,
+                    outcomes: Iterable[dict[str, Any]]) -> tuple[str, int, bool]:
     """Append one chunk, re-parented until its compare-and-swap wins; (commit, outcomes recorded,
     already recorded by an earlier attempt)."""
     lines = [json.dumps(o, separators=(",", ":"), ensure_ascii=False) + "\n" for o in outcomes]
@@ -51,13 +53,15 @@ def append_outcomes(repo: str | Path, ref: str, batch_id: str, outcomes: Iterabl
             tip = resolve(repo, ref)
             if tip and batch_id in _recent_batches(repo, tip):
                 return tip, len(lines), True
-            commit = write_commit(repo, tree, tip, f"{BATCH_SUBJECT}{batch_id}\n\n{len(lines)} outcome(s)")
+            commit = write_commit(repo, tree, tip,
+                                  f"{BATCH_SUBJECT}{batch_id}\n\n{len(lines)} outcome(s)")
             if compare_and_swap(repo, ref, commit, tip):
                 return commit, len(lines), False
             time.sleep(random.uniform(0.002, 0.02) * min(attempt + 1, 10))
     except GitStoreError as err:
         raise RunStoreError(f"cannot record outcomes in {repo}: {err}") from None
-    raise RunStoreError(f"cannot record outcomes in {repo}: {ref} kept moving ({APPEND_ATTEMPTS} attempts)")
+    raise RunStoreError(
+        f"cannot record outcomes in {repo}: {ref} kept moving ({APPEND_ATTEMPTS} attempts)")
 
 
 def iter_outcomes(repo: str | Path, ref: str) -> Iterator[dict[str, Any]]:
@@ -82,7 +86,8 @@ def iter_outcomes(repo: str | Path, ref: str) -> Iterator[dict[str, Any]]:
                     yield json.loads(line)
 
 
-def read_outcomes(repo: str | Path, ref: str, max_outcomes: int, max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
+def read_outcomes(repo: str | Path, ref: str, max_outcomes: int,
+                  max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
     """All outcomes of a small run, or ([], False) as soon as they exceed either limit."""
     outcomes: list[dict[str, Any]] = []
     size = 0

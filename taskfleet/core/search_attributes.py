@@ -23,11 +23,12 @@ def dev_server_flags() -> list[str]:
 
 
 def tagged(kind: str, repo: str) -> TypedSearchAttributes:
-    return TypedSearchAttributes([SearchAttributePair(TASKFLEET_KIND, kind), SearchAttributePair(TASKFLEET_REPO, repo)])
+    return TypedSearchAttributes(
+        [SearchAttributePair(TASKFLEET_KIND, kind), SearchAttributePair(TASKFLEET_REPO, repo)])
 
 
 def is_unknown_search_attribute(err: BaseException) -> bool:
     """The server refused a start because the namespace lacks one of our search attributes."""
-    return isinstance(err, RPCError) and "search attribute" in str(err).lower() and (
-        "no mapping" in str(err).lower() or "not defined" in str(err).lower() or "unknown" in str(err).lower()
-    )
+    return (isinstance(err, RPCError) and "search attribute" in str(err).lower()
+            and ("no mapping" in str(err).lower() or "not defined" in str(err).lower()
+                 or "unknown" in str(err).lower()))

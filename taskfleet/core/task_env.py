@@ -53,13 +53,15 @@ def parse_allow_list(text: str | Iterable[str] | None) -> tuple[str, ...]:
     """`NPM_TOKEN, PIP_*` (commas or spaces) or a list -> the names and patterns, in order."""
     if text is None:
         return ()
-    items = text.replace(",", " ").split() if isinstance(text, str) else [str(t).strip() for t in text]
+    items = (text.replace(",", " ").split() if isinstance(text, str)
+             else [str(t).strip() for t in text])
     out: list[str] = []
     for item in items:
         if not item:
             continue
         if not _PATTERN.fullmatch(item):
-            raise TaskEnvError(f"{ALLOW_VARIABLE}: {item[:60]!r} is not a variable name or pattern (letters, digits, '_', '*', '?', '[]')")
+            raise TaskEnvError(f"{ALLOW_VARIABLE}: {item[:60]!r} is not a variable name or pattern "
+                               "(letters, digits, '_', '*', '?', '[]')")
         if item not in out:
             out.append(item)
     return tuple(out)
@@ -100,8 +102,8 @@ class TaskEnvironment:
         """A task process's environment from its `env`: a value equal to the worker's own is kept
         only if allowed (`GIT_CONFIG_*` pairs likewise, renumbered)."""
         worker = self.worker
-        out = {name: value for name, value in worker.items() if self.given(name) and not _GIT_CONFIG.fullmatch(name)
-               and name != "GIT_CONFIG_COUNT"}
+        out = {name: value for name, value in worker.items() if self.given(name)
+               and not _GIT_CONFIG.fullmatch(name) and name != "GIT_CONFIG_COUNT"}
         pairs: dict[int, list[str | None]] = {}
         for name, value in (env or {}).items():
             matched = _GIT_CONFIG.fullmatch(name)
@@ -127,7 +129,8 @@ class TaskEnvironment:
     def _inherited_pair(self, index: int, key: str, value: str) -> bool:
         """A git config pair the worker itself carries (it may hold a credential)."""
         worker = self.worker
-        same = worker.get(f"GIT_CONFIG_KEY_{index}") == key and worker.get(f"GIT_CONFIG_VALUE_{index}") == value
+        same = (worker.get(f"GIT_CONFIG_KEY_{index}") == key
+                and worker.get(f"GIT_CONFIG_VALUE_{index}") == value)
         return same and not self.allowed(f"GIT_CONFIG_VALUE_{index}")
 
     def describe(self) -> str:

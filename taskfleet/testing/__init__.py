@@ -19,7 +19,8 @@ class GitRemoteFixture(SampleRemote):
     """A `SampleRemote` with what tests need: worktrees, changes, refs on the remote, commit ops."""
 
     def remote_ref(self, branch: str) -> str | None:
-        out = git(self.remote, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+        out = git(self.remote, "rev-parse", "--verify", "--quiet",
+                  f"refs/heads/{branch}", check=False)
         return out or None
 
     def worktree(self, branch: str, base: str = "main") -> Path:
@@ -32,15 +33,16 @@ class GitRemoteFixture(SampleRemote):
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
 
-    def branch_with(self, branch: str, files: dict[str, str | None], base: str = "main", message: str = "") -> str:
+    def branch_with(self, branch: str, files: dict[str, str | None], base: str = "main",
+                    message: str = "") -> str:
         """Commit `files` (path -> content; None deletes) on a new `branch` from `base` in the
         clone, without a checkout (a private index); returns the commit."""
         with tempfile.TemporaryDirectory() as tmp:
             env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
 
             def run(*args: str, stdin: str | None = None) -> str:
-                done = subprocess.run(["git", *args], cwd=self.clone, env=env, input=stdin, capture_output=True,
-                                      text=True, check=True)
+                done = subprocess.run(["git", *args], cwd=self.clone, env=env, input=stdin,
+                                      capture_output=True, text=True, check=True)
                 return done.stdout.strip()
 
             run("read-tree", base)
@@ -67,9 +69,10 @@ class GitRemoteFixture(SampleRemote):
                        "committer taskfleet tests <tests@taskfleet.invalid> 1700000000 +0000",
                        f"data {len(message.encode())}", message + f"from {start}",
                        f"M 100644 inline {prefix}/{i}.txt", f"data {len(body.encode())}", body]
-        subprocess.run(["git", "fast-import", "--quiet"], cwd=self.clone, input="\n".join(script) + "\n",
-                       text=True, check=True, capture_output=True)
-        heads = git(self.clone, "for-each-ref", "--format=%(refname:short) %(objectname)", f"refs/heads/{prefix}/")
+        subprocess.run(["git", "fast-import", "--quiet"], cwd=self.clone,
+                       input="\n".join(script) + "\n", text=True, check=True, capture_output=True)
+        heads = git(self.clone, "for-each-ref", "--format=%(refname:short) %(objectname)",
+                    f"refs/heads/{prefix}/")
         return dict(line.split(" ", 1) for line in heads.splitlines())
 
     def commit_ops(self, prefix: str, count: int) -> list[GitOp]:
@@ -79,11 +82,13 @@ class GitRemoteFixture(SampleRemote):
             branch = f"{prefix}/{i}"
             wt = self.worktree(branch)
             self.change(wt, f"{i}.txt", f"{branch}\n")
-            ops.append(GitOp(op_type="commit", branch=branch, message=f"change {i}", worktree=str(wt), id=f"{prefix}-{i}"))
+            ops.append(GitOp(op_type="commit", branch=branch, message=f"change {i}",
+                             worktree=str(wt), id=f"{prefix}-{i}"))
         return ops
 
 
-def make_git_remote(root: Path, seed_from: Path | None = None, message: str = "seed") -> GitRemoteFixture:
+def make_git_remote(root: Path, seed_from: Path | None = None,
+                    message: str = "seed") -> GitRemoteFixture:
     """A bare remote whose `main` holds `seed_from`'s files (or two small files), and its clone."""
     fixture = GitRemoteFixture(*seed_remote(root, seed_from, message))
     # Installed after the seed push, so only pushes under test are counted.

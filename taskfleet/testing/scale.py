@@ -24,7 +24,8 @@ def write_noop_board(path: Path | str, tasks: int, max_parallel: int = 100, name
     path = Path(path)
     bad_rows = bad_rows or {}
     with open(path, "w", encoding="utf-8") as out:
-        out.write(f'name = "{name}"\nmax_parallel = {max_parallel}\nworktree = false\nverify = "true"\n\n')
+        out.write(f'name = "{name}"\nmax_parallel = {max_parallel}\nworktree = false\n'
+                  'verify = "true"\n\n')
         for i in range(tasks):
             run_line = bad_rows.get(i, 'run = "true"')
             out.write(f'[[tasks]]\nid = "{prefix}{i}"\n{run_line}\n\n')
@@ -65,13 +66,11 @@ class HistoryFigures:
 
     def as_dict(self) -> dict:
         run = self.largest_payload
-        return {
-            "runs": len(self.runs),
-            "largest_history_events": self.largest_history_events,
-            "largest_history_bytes": self.largest_history_bytes,
-            "largest_payload_bytes": self.largest_payload_bytes,
-            "largest_payload_event": f"run {run.run_id[:8]} event {run.largest_payload_event}" if run else "",
-        }
+        return {"runs": len(self.runs), "largest_history_events": self.largest_history_events,
+                "largest_history_bytes": self.largest_history_bytes,
+                "largest_payload_bytes": self.largest_payload_bytes,
+                "largest_payload_event": f"run {run.run_id[:8]} event {run.largest_payload_event}"
+                if run else ""}
 
 
 def payloads_sizes(message: Message) -> Iterable[int]:
@@ -104,7 +103,8 @@ def measure_events(run_id: str, events: Iterable[HistoryEvent]) -> RunHistory:
     return figures
 
 
-async def _measure_run(client: Client, workflow_id: str, run_id: str | None) -> tuple[RunHistory, str]:
+async def _measure_run(client: Client, workflow_id: str,
+                       run_id: str | None) -> tuple[RunHistory, str]:
     """One run's figures, and the run it continued from ("" for the first)."""
     handle = client.get_workflow_handle(workflow_id, run_id=run_id)
     figures = RunHistory(run_id=run_id or "")
@@ -120,7 +120,8 @@ async def _measure_run(client: Client, workflow_id: str, run_id: str | None) -> 
         figures.events += 1
         figures.bytes += one.bytes
         if one.largest_payload_bytes > figures.largest_payload_bytes:
-            figures.largest_payload_bytes, figures.largest_payload_event = one.largest_payload_bytes, one.largest_payload_event
+            figures.largest_payload_bytes, figures.largest_payload_event = (
+                one.largest_payload_bytes, one.largest_payload_event)
     return figures, previous
 
 

@@ -71,12 +71,13 @@ class GitBatchWorkflow:
         # Parsed here, not by the data converter: a bad field (typed by hand) would wedge the
         # workflow task.
         blank = lambda: GitBatchConfig(repo=str(config.get("repo", "")) if isinstance(config, dict) else "")  # noqa: E731
-        self.config, self.s, self._config_error = parse_start(config, state, parse_config, blank, GitBatchState,
-                                                               InvalidGitOp)
+        self.config, self.s, self._config_error = parse_start(
+            config, state, parse_config, blank, GitBatchState, InvalidGitOp)
         self._inbox = Inbox(self.s, RECENT_IDS, HELD_OPS_BYTES, "ops")
         self._draining = False
         self._replies = Replies(self.config.repo, self.config.remote)
-        self._batches = Batches(self.config, self.s, self._inbox, self._replies, self._refresh_details)
+        self._batches = Batches(self.config, self.s, self._inbox, self._replies,
+                                self._refresh_details)
         # `flush({"after": ...})` calls whose ops are not all accepted yet (this run only).
         self._flushes_waiting: list[frozenset[str]] = []
         for op in self._held_ops():
@@ -88,7 +89,8 @@ class GitBatchWorkflow:
     @workflow.run
     async def run(self, config: Any, state: Any = None) -> None:
         if self._config_error:
-            raise ApplicationError(f"bad GitBatchWorkflow start input: {self._config_error}", non_retryable=True)
+            raise ApplicationError(f"bad GitBatchWorkflow start input: {self._config_error}",
+                                   non_retryable=True)
         workflow.logger.info("git batcher for %s (%s) run %d: %d queued, %d failed batches carried",
                              self.config.repo, self.config.remote, self.s.runs, len(self.s.queue),
                              len(self.s.failed_batches))
@@ -99,11 +101,9 @@ class GitBatchWorkflow:
         while True:
             due_in = batches.until_oldest_is_due()  # None: nothing queued, no timer
             try:
-                await workflow.wait_condition(
-                    lambda: batches.flush_due() or bool(self.s.pending_batches) or self._continue_due()
-                    or self._replies.pending or (rearm_on_arrival and due_in is None and bool(self.s.queue)),
-                    timeout=due_in,
-                )
+                await workflow.wait_condition(lambda: batches.flush_due() or bool(
+                    self.s.pending_batches) or self._continue_due() or self._replies.pending or (
+                        rearm_on_arrival and due_in is None and bool(self.s.queue)), timeout=due_in)
             except asyncio.TimeoutError:
                 pass
             if self._replies.pending:
@@ -121,9 +121,10 @@ class GitBatchWorkflow:
                 # Updates (flush_now, retry) wait on batches this loop runs: run them until every
                 # handler has returned, then hand the state to the next run.
                 await workflow.wait_condition(
-                    lambda: workflow.all_handlers_finished() or batches.flush_due() or bool(self.s.pending_batches)
-                )
-                if workflow.all_handlers_finished() and not self.s.pending_batches and not batches.flush_due():
+                    lambda: workflow.all_handlers_finished() or batches.flush_due()
+                    or bool(self.s.pending_batches))
+                if (workflow.all_handlers_finished() and not self.s.pending_batches
+                        and not batches.flush_due()):
                     self.s.runs += 1
                     self.s.recent_ids = self.s.recent_ids[-RECENT_IDS:]
                     workflow.logger.info("continuing as new with %d queued ops", len(self.s.queue))
@@ -143,19 +144,21 @@ class GitBatchWorkflow:
             # In order, up to the last batch an update waits on; later batches are carried.
             while awaited_pending():
                 await self._batches.execute(self.s.pending_batches[0])
-            await workflow.wait_condition(lambda: workflow.all_handlers_finished() or awaited_pending())
+            await workflow.wait_condition(
+                lambda: workflow.all_handlers_finished() or awaited_pending())
             if workflow.all_handlers_finished() and not awaited_pending():
                 break
         await self._replies.settle()
         await self._replies.send_notices()
         self.s.runs += 1
         self._batches.compact_for_carry()
-        workflow.logger.info("continuing as new with %d queued ops, %d failed batches", len(self.s.queue),
-                             len(self.s.failed_batches))
+        workflow.logger.info("continuing as new with %d queued ops, %d failed batches",
+                             len(self.s.queue), len(self.s.failed_batches))
         workflow.continue_as_new(args=[self.config, self.s])
 
     def _held_ops(self) -> list[GitOp]:
-        return list(self.s.queue) + [op for b in self.s.pending_batches + self.s.failed_batches for op in b.ops]
+        return list(self.s.queue) + [op for b in self.s.pending_batches + self.s.failed_batches
+                                     for op in b.ops]
 
     def _continue_due(self) -> bool:
         return continue_as_new_due(self.config.max_history_events)
@@ -175,7 +178,8 @@ class GitBatchWorkflow:
         self.s.queue.append(op)
         self.s.stats.total_ops += 1
         if self._flushes_waiting:
-            waiting = [after for after in self._flushes_waiting if not all(map(self._inbox.knows, after))]
+            waiting = [after for after in self._flushes_waiting
+                       if not all(map(self._inbox.knows, after))]
             if len(waiting) < len(self._flushes_waiting):
                 self.s.flush_requested = True
             self._flushes_waiting = waiting
@@ -185,8 +189,8 @@ class GitBatchWorkflow:
     def _reject(self, handler: str, args: tuple[Any, ...], reason: str) -> None:
         """Record a refused message as a bounded preview, never the raw payload."""
         self.s.stats.rejected_ops += 1
-        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, handler, args, clip(reason, REASON_CHARS),
-                                 _rejected_op)
+        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, handler, args,
+                                 clip(reason, REASON_CHARS), _rejected_op)
         self._refresh_details()
 
     # Handlers take `*args`: the `temporal` CLI lets anyone send anything, and a fixed signature
@@ -199,8 +203,9 @@ class GitBatchWorkflow:
         if len(args) == 1 and isinstance(args[0], list):
             ops = args[0]
             if not ops or len(ops) > MAX_OPS_PER_SIGNAL:
-                self._reject(SIGNAL_ENQUEUE, args, f"a list of ops must hold 1 to {MAX_OPS_PER_SIGNAL} ops, "
-                                                   f"this one holds {len(ops)}")
+                self._reject(SIGNAL_ENQUEUE, args,
+                             f"a list of ops must hold 1 to {MAX_OPS_PER_SIGNAL} ops, this one "
+                             f"holds {len(ops)}")
                 return
             for raw in ops:
                 self._enqueue_one((raw,))
@@ -266,18 +271,17 @@ class GitBatchWorkflow:
 
     def _refuse_while_draining(self, name: str) -> None:
         if self._draining:
-            raise ApplicationError(
-                f"{name} refused: the batcher is continuing as new; send it again (it reaches the next run)",
-                type=CONTINUING_AS_NEW, non_retryable=True,
-            )
+            raise ApplicationError(f"{name} refused: the batcher is continuing as new; send it "
+                                   "again (it reaches the next run)", type=CONTINUING_AS_NEW,
+                                   non_retryable=True)
 
     @workflow.update(name=UPDATE_RETRY)
     async def retry(self, *args: Any) -> BatchResult:
         batch_id = args[0] if len(args) == 1 else None
         batch = next((b for b in self.s.failed_batches if b.id == batch_id), None)
         if batch is None:
-            raise ApplicationError(f"{clip(repr(batch_id), 80)} is not a failed batch", type="UnknownBatch",
-                                   non_retryable=True)
+            raise ApplicationError(f"{clip(repr(batch_id), 80)} is not a failed batch",
+                                   type="UnknownBatch", non_retryable=True)
         self._batches.retry(batch)
         return await self._batches.waits.wait_for([batch])
 
@@ -297,10 +301,11 @@ class GitBatchWorkflow:
     def status(self) -> GitBatchStatus:
         executing = self._batches.executing
         return GitBatchStatus(
-            queue=self.s.queue, pending_batches=[b for b in self.s.pending_batches if b is not executing],
+            queue=self.s.queue,
+            pending_batches=[b for b in self.s.pending_batches if b is not executing],
             executed_batches=self.s.executed_batches, failed_batches=self.s.failed_batches,
-            rejected=self.s.rejected, config=self.config, stats=self.s.stats, executing=executing, runs=self.s.runs,
-        )
+            rejected=self.s.rejected, config=self.config, stats=self.s.stats, executing=executing,
+            runs=self.s.runs)
 
     @workflow.query(name=QUERY_STATS)
     def stats(self) -> GitBatchStats:
@@ -311,11 +316,12 @@ class GitBatchWorkflow:
         last = self.s.executed_batches[-1] if self.s.executed_batches else None
         executing = self._batches.executing
         st = self.s.stats
-        show(f"**{self.config.repo}** → `{self.config.remote}`", [
-            f"- queued ops: {len(self.s.queue)}",
-            f"- pending batches: {len(self.s.pending_batches)}" + (f" (executing {executing.id})" if executing else ""),
-            f"- failed batches: {len(self.s.failed_batches)}",
-            f"- pushes: {st.pushes}, ops landed: {st.landed_ops}, saved round trips: {st.network_savings}",
-            f"- rejected ops: {st.rejected_ops}",
-            *([f"- last batch: {last.id}, {len(last.ops)} ops, {last.status}"] if last else []),
-        ], self._draining)
+        show(f"**{self.config.repo}** → `{self.config.remote}`",
+             [f"- queued ops: {len(self.s.queue)}",
+              f"- pending batches: {len(self.s.pending_batches)}"
+              + (f" (executing {executing.id})" if executing else ""),
+              f"- failed batches: {len(self.s.failed_batches)}",
+              f"- pushes: {st.pushes}, ops landed: {st.landed_ops}, saved round trips: "
+              f"{st.network_savings}", f"- rejected ops: {st.rejected_ops}",
+              *([f"- last batch: {last.id}, {len(last.ops)} ops, {last.status}"] if last else [])],
+             self._draining)

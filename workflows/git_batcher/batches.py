@@ -55,7 +55,8 @@ CARRIED_IDS_BYTES = 96 * 1024
 
 def compact_batch(batch: GitBatch) -> GitBatch:
     """A finished batch as the next run keeps it for `status`: ops reduced to what names them."""
-    ops = [GitOp(op_type=op.op_type, branch=op.branch, id=op.id, target=op.target) for op in batch.ops]
+    ops = [GitOp(op_type=op.op_type, branch=op.branch, id=op.id, target=op.target)
+           for op in batch.ops]
     outcomes = [dataclasses.replace(o, reason=clip(o.reason, 200)) for o in batch.outcomes]
     return dataclasses.replace(batch, ops=ops, outcomes=outcomes, error=clip(batch.error, 300))
 
@@ -87,7 +88,8 @@ class Batches:
     def oldest_age_seconds(self) -> float:
         if not self.s.queue:
             return 0.0
-        return (workflow.now() - datetime.fromisoformat(self.s.queue[0].enqueued_at)).total_seconds()
+        return (
+            workflow.now() - datetime.fromisoformat(self.s.queue[0].enqueued_at)).total_seconds()
 
     def until_oldest_is_due(self) -> Optional[timedelta]:
         if not self.s.queue:
@@ -106,7 +108,8 @@ class Batches:
     def cut(self) -> list[GitBatch]:
         """Queue -> pending batches of at most max_batch_size; failed batches are retried first."""
         cut: list[GitBatch] = []
-        full_only = not self.s.flush_requested and self.oldest_age_seconds() < self.config.max_batch_age_seconds
+        full_only = (not self.s.flush_requested
+                     and self.oldest_age_seconds() < self.config.max_batch_age_seconds)
         if not full_only:
             for batch in self.s.failed_batches:
                 batch.status = BATCH_PENDING
@@ -116,7 +119,8 @@ class Batches:
         size = self.config.max_batch_size
         while self.s.queue and (len(self.s.queue) >= size or not full_only):
             ops, self.s.queue = self.s.queue[:size], self.s.queue[size:]
-            cut.append(GitBatch(id=f"batch-{self.s.next_batch}", ops=ops, created_at=workflow.now().isoformat()))
+            cut.append(GitBatch(id=f"batch-{self.s.next_batch}", ops=ops,
+                                created_at=workflow.now().isoformat()))
             self.s.next_batch += 1
         self.s.flush_requested = False
         self.s.pending_batches.extend(cut)
@@ -155,8 +159,8 @@ class Batches:
             batch.status = BATCH_FAILED
             batch.error = clip(root_cause_message(err), ERROR_CHARS)
             short = clip(batch.error, REASON_CHARS)
-            batch.outcomes = [OpOutcome(op.id, op.op_type, op.branch, OUTCOME_FAILED, reason=f"batch failed: {short}")
-                              for op in batch.ops]
+            batch.outcomes = [OpOutcome(op.id, op.op_type, op.branch, OUTCOME_FAILED,
+                                        reason=f"batch failed: {short}") for op in batch.ops]
             # this time: the batch is kept and retried later
             self.s.stats.failed_ops += len(batch.ops)
             workflow.logger.warning("%s failed, kept for retry: %s", batch.id, batch.error)

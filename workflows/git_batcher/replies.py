@@ -66,9 +66,8 @@ class Replies:
         async def send() -> None:
             if previous is not None:
                 await previous
-            await asyncio.gather(
-                *(self._signal(listener, batch.id, outcomes) for listener, outcomes in by_listener.items())
-            )
+            await asyncio.gather(*(self._signal(listener, batch.id, outcomes)
+                                   for listener, outcomes in by_listener.items()))
 
         self._sending = asyncio.create_task(send())
 
@@ -77,16 +76,19 @@ class Replies:
         if self._sending is not None and not self._sending.done():
             await self._sending
 
-    async def _signal_outcomes(self, batch_id: str, by_listener: dict[str, list[OpOutcome]]) -> None:
+    async def _signal_outcomes(self, batch_id: str,
+                               by_listener: dict[str, list[OpOutcome]]) -> None:
         for listener, outcomes in by_listener.items():
             await self._signal(listener, batch_id, outcomes)
 
     async def _signal(self, listener: str, batch_id: str, outcomes: list[OpOutcome]) -> None:
         message = GitOpsLanded(batch_id, self.repo, self.remote, outcomes)
         try:
-            await workflow.get_external_workflow_handle(listener).signal(SIGNAL_GIT_OPS_LANDED, message)
+            await workflow.get_external_workflow_handle(listener).signal(
+                SIGNAL_GIT_OPS_LANDED, message)
         except Exception as err:  # noqa: BLE001 - the listener's absence is not our failure
-            workflow.logger.warning("could not tell %s about %s: %s", listener, batch_id or "a refused op", err)
+            workflow.logger.warning("could not tell %s about %s: %s", listener,
+                                    batch_id or "a refused op", err)
 
 
 def _untold(batch: GitBatch, told: set[str]) -> dict[str, list[OpOutcome]]:
