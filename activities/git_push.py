@@ -25,7 +25,8 @@ from taskfleet.core.models.git_batch import (
 )
 from taskfleet.core.names import ACTIVITY_PUSH_BATCH, SIGNAL_GIT_OPS_LANDED
 
-_FAILED_FLAGS = PushInfo.ERROR | PushInfo.REJECTED | PushInfo.REMOTE_REJECTED | PushInfo.REMOTE_FAILURE
+_FAILED_FLAGS = (PushInfo.ERROR | PushInfo.REJECTED | PushInfo.REMOTE_REJECTED
+                 | PushInfo.REMOTE_FAILURE)
 # Remote-side races that a second attempt usually clears; the activity's retry policy handles them.
 _TRANSIENT_MARKERS = ("failed to lock", "cannot lock ref", "unable to create lock")
 # How long one `git_ops_landed` signal may take; a listener not told by then is told by the batcher.
@@ -161,7 +162,8 @@ def land_batch(params: PushBatchInput) -> PushBatchOutput:
             elif info.flags & _FAILED_FLAGS:
                 outcome.reason = _push_reason(info)
             elif done.ref not in on_remote:
-                outcome.reason = f"git push did not confirm the new value of {done.ref} (summary {info.summary.strip()!r})"
+                outcome.reason = (f"git push did not confirm the new value of {done.ref} "
+                                  f"(summary {info.summary.strip()!r})")
             else:
                 if info.flags & PushInfo.UP_TO_DATE and not done.made_commit:
                     outcome.status = OUTCOME_UP_TO_DATE

@@ -33,9 +33,10 @@ class TaskGroupActivities:
         # return_exceptions: a cancelled group waits until every task has stopped its processes.
         results = await asyncio.gather(*(self._one(group, task) for task in group.tasks),
                                        return_exceptions=True)
-        return TaskGroupResult(results=[r if isinstance(r, TaskResult) else TaskResult(
-            id=t.id, status=TASK_FAILED, reason=root_cause_message(r))
-                                        for r, t in zip(results, group.tasks)])
+        return TaskGroupResult(
+            results=[r if isinstance(r, TaskResult)
+                     else TaskResult(id=t.id, status=TASK_FAILED, reason=root_cause_message(r))
+                     for r, t in zip(results, group.tasks)])
 
     async def _one(self, group: TaskGroupInput, task: TaskSpec) -> TaskResult:
         if task.worktree:

@@ -9,7 +9,12 @@ from typing import Any
 
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
-from temporalio.worker import WorkerConfig, WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+from temporalio.worker import (
+    WorkerConfig,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
 
 UNSPECIFIED = 0  # temporal.api.enums.v1.VersioningBehavior.VERSIONING_BEHAVIOR_UNSPECIFIED
 

@@ -220,9 +220,11 @@ class LeaseLockWorkflow:
 
     def _reject(self, handler: str, args: Any, reason: str) -> None:
         self.s.stats.rejected += 1
-        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, f"lock {self.config.resource}: {handler}",
+        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS,
+                                 f"lock {self.config.resource}: {handler}",
                                  args if isinstance(args, tuple) else (args,), reason,
-                                 lambda _, what, why, at: RejectedMessage(handler, describe(what), why, at), 300)
+                                 lambda _, what, why, at: RejectedMessage(handler, describe(what),
+                                                                          why, at), 300)
         self._refresh_details()
 
     # --- acquire --------------------------------------------------------------------------------

@@ -336,18 +336,19 @@ def apply_op(repo: Repo, op: GitOp, remote: str, first_attempt: bool = False) ->
 
 # Commits a wave of independent commit ops from ONE shell: git processes fork from sh in parallel,
 # not one Python spawn (holding the GIL) per call. Values arrive as positional arguments, never as
-# script text.
-_WAVE_SCRIPT = r"""
+# script text. (Two literals: the subshell's line is longer than this file's lines.)
+_WAVE_SCRIPT = (r"""
 i=0
 while [ "$#" -gt 0 ]; do
   wt=$1 msg=$2 trailer=$3
   shift 3
-  ( cd -- "$wt" && git add -A >/dev/null 2>&1 && git commit -q -m "$msg" -m "$trailer" >/dev/null 2>&1
+  ( cd -- "$wt" && git add -A >/dev/null 2>&1 && """
+                r"""git commit -q -m "$msg" -m "$trailer" >/dev/null 2>&1
     printf '%s\t%s\n' "$i" "$?" ) &
   i=$((i + 1))
 done
 wait
-"""
+""")
 
 
 def commit_wave(repo: Repo, ops: list[GitOp], checkouts: dict[str, Checkout]) -> dict[str, Applied]:

@@ -13,7 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskfleet.activities.git import slot_watch
-from taskfleet.activities.git.git_async import FileLocks, Heartbeat, git, git_run, release, try_flock
+from taskfleet.activities.git.git_async import (
+    FileLocks,
+    Heartbeat,
+    git,
+    git_run,
+    release,
+    try_flock,
+)
 from taskfleet.activities.git.pool_slot import Slot
 from taskfleet.activities.git.slot_settings import slot_settings
 from taskfleet.activities.pods.shared_clone import forget_registrations, owner_reason

@@ -19,7 +19,11 @@ from taskfleet.activities.git.slot_leftovers import remove_leftovers
 from taskfleet.activities.git.slot_registration import add_slot, remove_slot
 from taskfleet.activities.git.slot_scrub import reusable_at, scrub
 from taskfleet.activities.git.work_commit import NotKnown, snapshot
-from taskfleet.activities.git.worktree_refs import RefWriteRefused, checked_out_elsewhere, point_branch
+from taskfleet.activities.git.worktree_refs import (
+    RefWriteRefused,
+    checked_out_elsewhere,
+    point_branch,
+)
 from taskfleet.activities.pods.presence import WorkerPresence
 from taskfleet.activities.pods.shared_clone import forget_registrations
 from taskfleet.core.git_objects import GitStoreError, open_repository

@@ -80,7 +80,8 @@ class WorkerPresence:
         stack = AsyncExitStack()
         self.lease = await stack.enter_async_context(
             # Released by signal: a stopping worker may no longer run the lock workflow itself.
-            self._lock(self.pod, self.key).hold(holder=f"{self.pod}/{os.getpid()}", wait_release=False)
+            self._lock(self.pod, self.key).hold(holder=f"{self.pod}/{os.getpid()}",
+                                                wait_release=False)
         )
         self._stack = stack
         self.ready.set()

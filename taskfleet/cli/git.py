@@ -12,7 +12,14 @@ from typing import Any
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from taskfleet.cli.common import add_batch_flags, add_clone_flags, add_json_flag, client_for, examples, to_json
+from taskfleet.cli.common import (
+    add_batch_flags,
+    add_clone_flags,
+    add_json_flag,
+    client_for,
+    examples,
+    to_json,
+)
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
@@ -169,9 +176,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     enqueue = git.add_parser(
         "enqueue", help="queue one op (starts the batcher if needed)",
         **examples("taskfleet git enqueue feature/a --repo /srv/clone",
-                   "taskfleet git enqueue feature/a --repo /srv/clone --op-type merge --target "
-                   "main --wait", "taskfleet git enqueue feature/a --repo /srv/clone --op-type "
-                                  "commit --worktree /srv/wt --message 'fix: typo'"))
+                   "taskfleet git enqueue feature/a --repo /srv/clone --op-type merge "
+                   "--target main --wait",
+                   "taskfleet git enqueue feature/a --repo /srv/clone --op-type commit "
+                   "--worktree /srv/wt --message 'fix: typo'"))
     enqueue.add_argument("branch_arg", nargs="?", metavar="branch",
                          help="the branch the op lands (push, merge) or commits on")
     enqueue.add_argument("--branch", default="", help=argparse.SUPPRESS)  # the older spelling

@@ -44,11 +44,12 @@ async def lessons(args: argparse.Namespace) -> int:
         return 0
     s = answer.stats
     if query is None:
-        print(f"{s.lessons} lessons from {s.path} ({s.lines_read} lines, {s.malformed_lines} "
-              "malformed"
-              + (f", first at lines {s.malformed_line_numbers[:10]}" if s.malformed_line_numbers
-               else "") + f"), {s.task_types} task types, {s.tokens} distinct tokens, built in "
-                          f"{s.build_seconds:.3f}s")
+        print(f"{s.lessons} lessons from {s.path} ({s.lines_read} lines, "
+              f"{s.malformed_lines} malformed"
+              + (f", first at lines {s.malformed_line_numbers[:10]}"
+                 if s.malformed_line_numbers else "")
+              + f"), {s.task_types} task types, {s.tokens} distinct tokens, built in "
+                f"{s.build_seconds:.3f}s")
         return 0
     if not answer.matches:
         print(f"no lessons match (the index holds {s.lessons}; `taskfleet lessons "
@@ -59,7 +60,8 @@ async def lessons(args: argparse.Namespace) -> int:
         score = f" score {match.score:.2f}" if match.score else ""
         print(f"{lesson.id}  [{lesson.task_type}/{lesson.activity_type} {lesson.failure_type}] "
               f"seen {lesson.times_seen}x, last {lesson.last_seen}{score}")
-        print(f"    {lesson.failure_msg.splitlines()[0][:120] if lesson.failure_msg else lesson.pattern[:120]}")
+        print(f"""    {lesson.failure_msg.splitlines()[0][:120] if lesson.failure_msg
+                     else lesson.pattern[:120]}""")
         if lesson.resolution:
             print(f"    resolved by: {lesson.resolution[:120]}")
     return 0
@@ -73,11 +75,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "taskfleet lessons query --task-type lib --limit 5",
         "taskfleet lessons query --activity-type judge --most-frequent --json",
         "taskfleet lessons query --similar-to 'ImportError: cannot import name'"))
-    for name, what in (("task-type", "the kind of task (a board's task_type)"), (
-        "activity-type", "the kind of step: implement, judge, plan, queue, ..."), (
-            "failure-type", "verify_failed, exec_failed, timeout, conflict, flaky, ..."),
-                       ("pattern", "a failure message, matched exactly once numbers, hashes and "
-                                   "temp paths are stripped"),
+    for name, what in (("task-type", "the kind of task (a board's task_type)"),
+                       ("activity-type", "the kind of step: implement, judge, plan, queue, ..."),
+                       ("failure-type",
+                        "verify_failed, exec_failed, timeout, conflict, flaky, ..."),
+                       ("pattern", ("a failure message, matched exactly once numbers, hashes "
+                                    "and temp paths are stripped")),
                        ("similar-to", "text the failure message resembles (ranked by BM25)"),
                        ("seen-after", "last seen at or after this ISO date or time"),
                        ("seen-before", "last seen before this ISO date or time")):

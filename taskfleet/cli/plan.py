@@ -154,8 +154,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan", help="Claude writes a board (TOML) for a goal; --run starts it",
         **examples("taskfleet plan 'move every module off the deprecated client' --repo /srv/clone "
-                   "-o board.toml", "taskfleet plan 'add type hints to utils' --repo /srv/clone "
-                                    "--context 'src/utils/*.py' --max-tasks 5 --run",
+                   "-o board.toml",
+                   "taskfleet plan 'add type hints to utils' --repo /srv/clone "
+                   "--context 'src/utils/*.py' --max-tasks 5 --run",
                    "taskfleet plan 'document the CLI' --repo /srv/clone --offline"))
     p.add_argument("goal", help="what the board should achieve, in words")
     p.add_argument("--repo", required=True, help="the clone to plan for (path on the worker)")

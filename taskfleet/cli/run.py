@@ -12,7 +12,13 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -116,10 +122,12 @@ def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
             counts[t.status] = counts.get(t.status, 0) + 1
             counts["landed"] += t.landed
     return OrchestratorProgress(
-        counts=counts, running=[], tasks=[TaskProgress(t.id, t.status, t.landed, t.reason,
-                                                       verdict=t.verdict) for t in result.tasks],
-        pushes=result.stats.pushes, run_ref=result.run_ref, repo=result.repo, total=sum(
-            counts[name] for name in ("pending", "running", "succeeded", "failed", "cancelled")),
+        counts=counts, running=[],
+        tasks=[TaskProgress(t.id, t.status, t.landed, t.reason, verdict=t.verdict)
+               for t in result.tasks],
+        pushes=result.stats.pushes, run_ref=result.run_ref, repo=result.repo,
+        total=sum(counts[name]
+                  for name in ("pending", "running", "succeeded", "failed", "cancelled")),
         failed_ids=list(result.failed_ids))
 
 
@@ -166,7 +174,8 @@ def _connection_flags(args: argparse.Namespace) -> str:
 
 def _how_to_follow(args: argparse.Namespace, workflow_id: str) -> str:
     flags = _connection_flags(args)
-    return f"follow it with `taskfleet{flags} status {workflow_id}`, cancel it with `taskfleet{flags} cancel {workflow_id}`"
+    return (f"follow it with `taskfleet{flags} status {workflow_id}`, "
+            f"cancel it with `taskfleet{flags} cancel {workflow_id}`")
 
 
 async def _notice_without_worker(client: Client, handle: WorkflowHandle, task_queue: str,
@@ -347,9 +356,10 @@ async def status(args: argparse.Namespace) -> int:
         # Cancelled, failed, terminated: no result, but a worker answers the query from the history.
         p = await _closed_progress(handle, args.query_timeout)
         if p is None:
-            print(f"{args.workflow_id}: {state} (closed at {description.close_time}); no result to "
-                  "show" + (" (`temporal workflow show --workflow-id ...` has the history)"
-                          if not args.json else ""), file=sys.stderr)
+            print(f"{args.workflow_id}: {state} (closed at {description.close_time}); "
+                  "no result to show"
+                  + (" (`temporal workflow show --workflow-id ...` has the history)"
+                     if not args.json else ""), file=sys.stderr)
             if args.json:
                 _print_json(_unanswered(state))
             return 1

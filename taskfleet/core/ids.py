@@ -35,7 +35,8 @@ def merge_queue_workflow_id(
     key = f"{path}\0{remote}\0{target}" + ("" if task_queue == DEFAULT_TASK_QUEUE
                                            else f"\0{task_queue}")
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-    return f"taskfleet-queue-{slug(posixpath.basename(path) or 'repo')}-{remote}-{slug(target, 40)}-{digest}"
+    return (f"taskfleet-queue-{slug(posixpath.basename(path) or 'repo')}-{remote}-"
+            f"{slug(target, 40)}-{digest}")
 
 
 def queue_run_key(run_key: str, attempt: int) -> str:

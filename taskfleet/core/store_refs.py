@@ -30,4 +30,5 @@ def run_ref(workflow_id: str, first_run_id: str) -> str:
 def queue_ref(queue_id: str) -> str:
     """Where a merge queue fetches its target (`.../target`, its merged chain as `.../candidate`):
     one folder per queue, so two queues never share a ref."""
-    return f"{QUEUE_REF_PREFIX}{_component(queue_id, 60)}-{hashlib.sha256(queue_id.encode()).hexdigest()[:8]}/target"
+    return (f"{QUEUE_REF_PREFIX}{_component(queue_id, 60)}-"
+            f"{hashlib.sha256(queue_id.encode()).hexdigest()[:8]}/target")

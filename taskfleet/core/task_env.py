@@ -136,4 +136,5 @@ class TaskEnvironment:
     def describe(self) -> str:
         """For the worker's start line: names only, never a value."""
         allow = ", ".join(self.allow) if self.allow else "nothing more"
-        return f"tasks see PATH, HOME, locale, TZ, git identity, their TASKFLEET_* variables, and {ALLOW_VARIABLE}: {allow}"
+        return ("tasks see PATH, HOME, locale, TZ, git identity, their TASKFLEET_* variables, and "
+                f"{ALLOW_VARIABLE}: {allow}")

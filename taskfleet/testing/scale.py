@@ -99,7 +99,8 @@ def measure_events(run_id: str, events: Iterable[HistoryEvent]) -> RunHistory:
         largest = max(payloads_sizes(event), default=0)
         if largest > figures.largest_payload_bytes:
             figures.largest_payload_bytes = largest
-            figures.largest_payload_event = f"{event.event_id} {_EVENT_TYPES.values_by_number[event.event_type].name}"
+            figures.largest_payload_event = (
+                f"{event.event_id} {_EVENT_TYPES.values_by_number[event.event_type].name}")
     return figures
 
 

@@ -70,7 +70,8 @@ class GitBatchWorkflow:
     def __init__(self, config: Any, state: Any = None) -> None:
         # Parsed here, not by the data converter: a bad field (typed by hand) would wedge the
         # workflow task.
-        blank = lambda: GitBatchConfig(repo=str(config.get("repo", "")) if isinstance(config, dict) else "")  # noqa: E731
+        blank = lambda: GitBatchConfig(  # noqa: E731
+            repo=str(config.get("repo", "")) if isinstance(config, dict) else "")
         self.config, self.s, self._config_error = parse_start(
             config, state, parse_config, blank, GitBatchState, InvalidGitOp)
         self._inbox = Inbox(self.s, RECENT_IDS, HELD_OPS_BYTES, "ops")
@@ -321,7 +322,8 @@ class GitBatchWorkflow:
               f"- pending batches: {len(self.s.pending_batches)}"
               + (f" (executing {executing.id})" if executing else ""),
               f"- failed batches: {len(self.s.failed_batches)}",
-              f"- pushes: {st.pushes}, ops landed: {st.landed_ops}, saved round trips: "
-              f"{st.network_savings}", f"- rejected ops: {st.rejected_ops}",
+              (f"- pushes: {st.pushes}, ops landed: {st.landed_ops}, "
+               f"saved round trips: {st.network_savings}"),
+              f"- rejected ops: {st.rejected_ops}",
               *([f"- last batch: {last.id}, {len(last.ops)} ops, {last.status}"] if last else [])],
              self._draining)

@@ -88,8 +88,8 @@ class Batches:
     def oldest_age_seconds(self) -> float:
         if not self.s.queue:
             return 0.0
-        return (
-            workflow.now() - datetime.fromisoformat(self.s.queue[0].enqueued_at)).total_seconds()
+        return (workflow.now()
+                - datetime.fromisoformat(self.s.queue[0].enqueued_at)).total_seconds()
 
     def until_oldest_is_due(self) -> Optional[timedelta]:
         if not self.s.queue:
@@ -147,8 +147,9 @@ class Batches:
                 activity_name(ACTIVITY_PUSH_BATCH),
                 # No patch needed for `notify`: which listeners the batcher signals follows from the
                 # activity's result (an older worker's names none), which replay reads back.
-                PushBatchInput(batch_id=batch.id, repo=self.config.repo, remote=self.config.remote, ops=batch.ops,
-                               atomic=self.config.atomic, attempt=batch.attempts, notify=True),
+                PushBatchInput(batch_id=batch.id, repo=self.config.repo, remote=self.config.remote,
+                               ops=batch.ops, atomic=self.config.atomic, attempt=batch.attempts,
+                               notify=True),
                 result_type=PushBatchOutput,
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=self.config.heartbeat_timeout_seconds),

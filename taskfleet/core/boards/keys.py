@@ -38,7 +38,8 @@ def _key(name: str, scope: str, roles: str | tuple[str, ...], description: str,
     field = {f.name: f for f in fields(Board if scope == BOARD else TaskSpec)}[name]
     if not default:
         factory = field.default_factory
-        default = _shown(factory() if field.default is MISSING else field.default)  # type: ignore[misc]
+        default = _shown(factory() if field.default is MISSING  # type: ignore[misc]
+                         else field.default)
     return BoardKey(name, _TYPES[field.type], default, scope,  # type: ignore[index]
                     (roles,) if isinstance(roles, str) else roles, description)
 

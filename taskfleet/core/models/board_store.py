@@ -4,7 +4,13 @@ batches of outcomes, each bounded so no payload in a run's history grows with th
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
 
-from taskfleet.core.models.orchestrator import Board, BoardPage, RefusedTask, TaskOutcome, TaskSpec  # noqa: F401 - re-exported
+from taskfleet.core.models.orchestrator import (  # noqa: F401 - re-exported
+    Board,
+    BoardPage,
+    RefusedTask,
+    TaskOutcome,
+    TaskSpec,
+)
 from taskfleet.core.models.paging import BoardReference, PagingState  # noqa: F401 - re-exported
 
 PAGE_MAX_TASKS = 500
