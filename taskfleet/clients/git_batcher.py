@@ -74,8 +74,7 @@ class GitBatcherClient:
 
     async def enqueue(self, op: GitOp | dict[str, Any]) -> None:
         """Signal-with-start, returning once the op is with the server (bad ops show under
-        `rejected`); ops sent meanwhile share the next signal, so a burst costs a few history
-        events."""
+        `rejected`); ops sent meanwhile share the next signal."""
         await self._sends.send(op_payload(op))
 
     async def _send_ops(self, ops: list[dict[str, Any]]) -> None:

@@ -1,8 +1,6 @@
-"""A parsed board checked: the CLI's overrides over the file's settings, the board-wide rules
-before anything starts, then the rows, each passing the board-wide row rules as it is read (ids
-and branches unique; a markdown row needs --run). A row's own problems fail that task alone,
-naming its line; a whole board is the same stream collected, refused on its first bad row.
-"""
+"""A parsed board checked: the CLI's overrides over the file's settings, the board-wide rules before
+anything starts, then each row as it is read (ids and branches unique; a markdown row needs
+--run). A row's own problems fail that task alone; a whole board is refused on its first bad row."""
 
 from __future__ import annotations
 

@@ -32,9 +32,8 @@ class LeaseLockConfig:
     max_history_events: int = 0
     # More waiters are refused: a runaway client cannot grow the state without bound.
     max_waiters: int = 1_000
-    # A waiter with no `acquire` call in the workflow this long is dropped. Well above a call's
-    # wait: the server admits ~10 updates per workflow at once, so past ten waiters some wait a
-    # turn.
+    # Dropped after this long with no `acquire` call in the workflow: well above a call's wait, as
+    # the server admits ~10 updates per workflow at once (past ten waiters, some wait a turn).
     waiter_grace_seconds: float = 30.0
     # > 0: end after this long free with nobody waiting (short-lived resources such as a presence; a
     # later acquire starts it again, tokens from 1).
