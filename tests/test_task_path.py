@@ -326,7 +326,7 @@ async def test_an_outcome_sent_by_another_client_with_the_run_s_op_id_is_not_cre
     from taskfleet.core.ids import landing_op_id
     from taskfleet.core.models.git_batch import GitBatchStats, GitOpsLanded, OpOutcome
     from taskfleet.core.names import QUERY_STATS, SIGNAL_GIT_OPS_LANDED
-    from taskfleet.workflows.orchestrator_landing import batcher_id  # the batcher of this queue (C2)
+    from taskfleet.workflows.orchestrator.landings import batcher_id  # the batcher of this queue (C2)
 
     git_remote.install_hook("pre-receive", 'while read old new ref; do [ "$ref" = refs/heads/task/T1 ] && exit 1; done\nexit 0\n')
     gate = tmp_path / "gate"

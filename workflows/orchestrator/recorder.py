@@ -1,10 +1,7 @@
-"""A paged run's outcomes out: final task outcomes appended to the run store, in batches.
+"""A paged run's final outcomes out to the run store (in the clone), a batch per append.
 
-A run of a board by reference keeps no finished outcome in its state (it would grow with the
-board): each goes to the run store (`taskfleet.core.run_store`, in the clone) once it is final, a
-batch of them per append, one append in flight. The orchestrator (workflows/orchestrator.py) owns
-one `OutcomeRecorder`, queues outcomes with `record` and waits on `flush` before it continues as
-new or returns; dispatch waits while `backlog` is large, so outcomes never pile up in memory.
+A run keeps no finished outcome in its state (it would grow with the board); the window waits while
+the backlog is large, and the run flushes before it continues as new or returns.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from taskfleet.workflows import compat
-from taskfleet.workflows.orchestrator_checks import STORE_RETRY
+from taskfleet.workflows.orchestrator.checks import STORE_RETRY
 
 RECORD_BATCH_BYTES = 128 * 1024  # of outcomes per append to the run store (estimated)
 BACKLOG_OUTCOMES = 4 * RECORD_BATCH_OUTCOMES  # dispatch waits while more are not yet recorded
