@@ -10,7 +10,7 @@ import sys
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from taskfleet.cli import demo, git, lessons, plan, queue
+from taskfleet.cli import demo, git, lessons, payloads, plan, queue
 from taskfleet.cli import run as board_commands
 from taskfleet.clients.connection import StartupError
 from taskfleet.core.names import DEFAULT_TASK_QUEUE
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--task-queue", default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE)
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (git, queue, board_commands, plan, lessons, demo):
+    for group in (git, queue, board_commands, plan, lessons, payloads, demo):
         group.add_commands(sub)
     return parser
 
