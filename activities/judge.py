@@ -222,7 +222,7 @@ class JudgeActivities:
     # --- a Claude judge ---------------------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_JUDGE_PREPARE)
-    async def prepare(self, request: JudgeRequest, submit: SubmitInput | None = None) -> PreparedJudge:
+    async def prepare(self, request: JudgeRequest, submit: SubmitInput | None = None) -> Any:
         """The judge's request (rules as a cached system prefix, the rendered template as the user
         turn, `submit_review` forced) in the payload store, its cache key, and the verdict cached
         for it if any. With `submit`, the request goes to the batcher now (unless the cache
@@ -243,8 +243,9 @@ class JudgeActivities:
         }
         keyed = {**request_params, "messages": [{"role": "user", "content": [{"type": "text", "text": seen.key_prompt}]}]}
         key = cache_key(kind="judge", params=keyed, tree=seen.tree)
-        prepared = PreparedJudge(request=await self.store.put_json(request_params), model=request_params["model"],
-                                 cache_key=key, diff_bytes=len(seen.diff))
+        stored = await self.store.put_json(request_params)
+        prepared = PreparedJudge(request=stored, model=request_params["model"], cache_key=key,
+                                 diff_bytes=len(seen.diff))
         cached = None if task.refresh else self.results.get(f"judge:{key}")
         if cached is not None:
             prepared.cached = review_of(cached)
@@ -276,7 +277,7 @@ class JudgeActivities:
             return JudgeVerdict(problem=str(err))
         if answer.cache_key:
             self.results.put(f"judge:{answer.cache_key}", asdict(review))
-        if review.verdict == VERDICT_APPROVE and answer.edits is not None and answer.edits_cache_key:
+        if review.verdict == VERDICT_APPROVE and answer.edits and answer.edits_cache_key:
             edits, summary = await stored_edits(self.store, answer.edits)
             self.results.put(f"llm:{answer.edits_cache_key}", {"edits": edits, "summary": summary})
         if review.verdict != VERDICT_APPROVE:

@@ -25,7 +25,12 @@ from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, T
 from taskfleet.activities.git.git_op_application import OpFailed, commit_env
 from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.model_io.payload_store import PayloadStore
-from taskfleet.activities.model_io.stored_calls import EDITS_TOOL, store_task, stored_edits, stored_task
+from taskfleet.activities.model_io.stored_calls import (
+    EDITS_TOOL,
+    store_task,
+    stored_edits,
+    stored_task,
+)
 from taskfleet.activities.llm_api import submit_request
 from taskfleet.activities.git.queue_entry import base_commit_of
 from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files
@@ -103,11 +108,11 @@ class LLMActivities:
     # --- prepare ---------------------------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_LLM_PREPARE)
-    async def prepare(self, params: TaskInput, submit: SubmitInput | None = None) -> PreparedRequest:
+    async def prepare(self, params: TaskInput, submit: SubmitInput | None = None) -> Any:
         """The request (template + lessons as a cached system prefix, task + context files as the user
         turn, one forced tool) in the payload store, its cache key, and the edits kept for that key
         (stored too) if it was seen before; the task's input is stored for the later steps. With
-        `submit`, the request goes to the batcher now (unless the cache answered): one step, not two."""
+        `submit`, the request goes to the batcher now (unless the cache answered): one step."""
         task = params.task
         base_commit, tree, files = await asyncio.to_thread(self._read_base, params)
         system = await render_task_prompt(self.templates, self.lessons, params)
@@ -136,8 +141,9 @@ class LLMActivities:
             "tool_choice": {"type": "tool", "name": TOOL_NAME},
         }
         key = cache_key(kind="llm-edits", params=request, base_tree=tree)
-        prepared = PreparedRequest(request=await self.store.put_json(request), model=request["model"],
-                                   cache_key=key, base_commit=base_commit,
+        stored = await self.store.put_json(request)
+        prepared = PreparedRequest(request=stored, model=request["model"], cache_key=key,
+                                   base_commit=base_commit,
                                    prompt_hash=cache_key(prompt=system)[:16])
         cached = None if task.refresh else self.results.get(f"llm:{key}")
         if cached is not None and isinstance(cached.get("edits"), list):
@@ -177,7 +183,8 @@ class LLMActivities:
         task_input = params.task_input
         if task_input is None:  # stored: read once here
             assert params.task is not None
-            task_input = replace(await stored_task(self.store, params.task), hold_landing=params.hold_landing,
+            stored = await stored_task(self.store, params.task)
+            task_input = replace(stored, hold_landing=params.hold_landing,
                                  report_stages=params.report_stages)
         task = task_input.task
         started = time.monotonic()

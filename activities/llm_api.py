@@ -144,15 +144,16 @@ class LLMApiActivities:
         except sdk().APIError as err:
             _raise_api(err, "messages.create")
         data = message.to_dict()
-        reply = LLMReply(custom_id=params.custom_id, type=REPLY_SUCCEEDED, message=data, usage=usage_of(data))
+        reply = LLMReply(custom_id=params.custom_id, type=REPLY_SUCCEEDED, message=data,
+                         usage=usage_of(data))
         return compact(await stored_reply(self.store, reply))
 
     @activity.defn(name=ACTIVITY_LLM_CREATE_BATCH)
     async def create_batch(self, params: CreateBatchInput) -> CreateBatchOutput:
-        """ONE `messages.batches.create` per flush, its params read from the payload store (a request
-        whose params cannot be read is left out, with the reason). `create` has no idempotency key,
-        so a retry first looks for the batch an earlier attempt made (a crash may have lost its
-        answer)."""
+        """ONE `messages.batches.create` per flush, its params read from the payload store (a
+        request whose params cannot be read is left out, with the reason). `create` has no
+        idempotency key, so a retry first looks for the batch an earlier attempt made (a crash may
+        have lost its answer)."""
         requests, left_out = await self._batch_requests(params)
         out = CreateBatchOutput(batch_id="", left_out=left_out)
         if not requests:
@@ -183,7 +184,8 @@ class LLMApiActivities:
         requests, left_out = list(params.requests), {}
         for entry, data in zip(params.entries, found):
             if isinstance(data, PayloadStoreError):
-                activity.logger.warning("%s: %s left out: %s", params.flush_id, entry.custom_id, data)
+                activity.logger.warning("%s: %s left out: %s", params.flush_id, entry.custom_id,
+                                        data)
                 left_out[entry.custom_id] = str(data)
             else:
                 requests.append({"custom_id": entry.custom_id, "params": json.loads(data)})
@@ -280,8 +282,9 @@ async def submit_request(llm: LLMSettings, params: SubmitInput) -> None:
     """Signal-with-start the queue's LLMBatchWorkflow with a request whose params are stored."""
     params.request.params = {}
     await activity.client().start_workflow(
-        LLM_BATCH_WORKFLOW, llm.batch_config(), id=params.batch_workflow_id, task_queue=params.task_queue,
-        start_signal=SIGNAL_LLM_SUBMIT, start_signal_args=[compact(params.request)],
+        LLM_BATCH_WORKFLOW, llm.batch_config(), id=params.batch_workflow_id,
+        task_queue=params.task_queue, start_signal=SIGNAL_LLM_SUBMIT,
+        start_signal_args=[compact(params.request)],
         static_summary="Claude requests of this task queue, sent as Message Batches",
     )
 

@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.lessons import LessonQuery
+from taskfleet.core.models.payload import compact
 from taskfleet.core.models.plan import PlanAnswer, PlanCheck, PlanInput, PreparedPlan
 from taskfleet.core.names import ACTIVITY_PLAN_CHECK, ACTIVITY_PLAN_PREPARE
 from taskfleet.core.plan_board import BoardRefused, planned_board
@@ -100,13 +101,14 @@ class PlanActivities:
             "tools": [SUBMIT_BOARD_TOOL],
             "tool_choice": {"type": "tool", "name": TOOL_NAME},
         }
-        return PreparedPlan(request=await self.store.put_json(request), model=request["model"], base_commit=commit,
-                            files_listed=len(shown), files_total=len(names),
-                            prompt_hash=cache_key(prompt=prompt)[:16])
+        return compact(PreparedPlan(
+            request=await self.store.put_json(request), model=request["model"], base_commit=commit,
+            files_listed=len(shown), files_total=len(names),
+            prompt_hash=cache_key(prompt=prompt)[:16]))
 
     @activity.defn(name=ACTIVITY_PLAN_CHECK)
     async def check(self, answer: PlanAnswer) -> PlanCheck:
-        """The stored answer's board, checked as `taskfleet run` checks one, or why it was refused."""
+        """The stored answer's board, checked as `taskfleet run` checks one, or why not."""
         called = tool_input(await self.store.get_json(answer.reply), TOOL_NAME)
         if called is None:
             return PlanCheck(problems=["the model did not call submit_board"])

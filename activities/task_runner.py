@@ -42,7 +42,7 @@ from taskfleet.core.ids import slug
 from taskfleet.core.models.lessons import Lesson
 from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
 from taskfleet.core.models.judge import LandInput
-from taskfleet.core.models.review import STAGE_LANDING, STAGE_VERIFYING, TaskStage
+from taskfleet.core.models.review import STAGE_VERIFYING, TaskStage
 from taskfleet.core.names import ACTIVITY_LAND_TASK, ACTIVITY_RUN_TASK, SIGNAL_TASK_STAGE
 from taskfleet.core.settings import TaskfleetSettings
 
@@ -315,8 +315,6 @@ class TaskActivities:
         """A judged task's commit, once its judge approved: the landing op (its id is returned)."""
         if params.edits_cache_key and params.edits is not None:
             self.results.put(f"llm:{params.edits_cache_key}", {"edits": params.edits, "summary": params.summary})
-        if params.task_input.report_stages:
-            await report_stage(params.task_input, STAGE_LANDING)
         result = TaskResult(id=params.task_input.task.id, status=TASK_SUCCEEDED, commit=params.commit)
         await submit_landing(params.task_input, result)
         return result.landing_op_id

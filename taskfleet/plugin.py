@@ -90,12 +90,11 @@ class WorkerServices:
             self.payloads = payload_store(settings.payload_store, settings.payloads_dir)
         except ValueError as err:
             raise StartupError(str(err)) from None
-        self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks,
-                                 self.payloads)
+        memory = (self.lessons, self.templates, self.result_cache, self.tasks, self.payloads)
+        self.llm = LLMActivities(settings, llm, *memory)
         self.llm_api = LLMApiActivities(llm, self.payloads)
         self.plans = PlanActivities(llm, self.lessons, self.templates, self.payloads)
-        self.judges = JudgeActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks,
-                                      self.payloads)
+        self.judges = JudgeActivities(settings, llm, *memory)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
         self.merge_queue = MergeQueueActivities(settings, self.tasks)
@@ -141,7 +140,8 @@ class WorkerServices:
         if stale:
             log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
         log.info(
-            "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s, payload store %s",
+            "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s, "
+            "payload store %s",
             stats.lessons, stats.build_seconds, len(names), ", ".join(names), self.settings.result_cache_path,
             self.payloads.url,
         )

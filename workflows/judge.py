@@ -44,7 +44,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from taskfleet.core.review_schema import ReviewInvalid, parse_review
 
-from taskfleet.workflows.model_calls import QUICK, Conversation, ModelCalls, Route, called, tool_call
+from taskfleet.workflows.model_calls import (
+    QUICK,
+    Conversation,
+    ModelCalls,
+    Route,
+    called,
+    tool_call,
+)
 
 TOOL = "submit_review"
 ANSWERS = 2  # the first answer, then one retry after an answer that broke the schema
@@ -79,12 +86,14 @@ class JudgeWorkflow:
                       max_batch_age_seconds=task.llm_batch_max_age_seconds)
         # A stored request prepares (and submits) in a local activity: no round trip, and the
         # request's copy of the task input stays out of history.
-        submit = self.calls.submit_input(f"{task.id}-judge", 1, route) if request.stored and route.batch else None
-        run = workflow.execute_local_activity if request.stored else workflow.execute_activity
+        stored, name = request.stored, f"{task.id}-judge"
+        submit = self.calls.submit_input(name, 1, route) if stored and route.batch else None
+        run = workflow.execute_local_activity if stored else workflow.execute_activity
         try:
             prepared: PreparedJudge = await run(
-                ACTIVITY_JUDGE_PREPARE, args=[request, submit] if request.stored else [request],
-                result_type=PreparedJudge, start_to_close_timeout=timedelta(minutes=5), retry_policy=QUICK,
+                ACTIVITY_JUDGE_PREPARE, args=[request, submit] if stored else [request],
+                result_type=PreparedJudge, start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=QUICK,
                 summary=f"{task.id}: the judge's request (diff, verify output, lessons)"[:100],
             )
         except ActivityError as err:
@@ -108,16 +117,18 @@ class JudgeWorkflow:
             if verdict.review is None:
                 self.tally.invalid += 1
                 self.problem = verdict.problem
-                workflow.logger.warning("%s: the judge's answer %d broke the schema: %s", task.id, attempt,
-                                        verdict.problem)
+                workflow.logger.warning("%s: the judge's answer %d broke the schema: %s", task.id,
+                                        attempt, verdict.problem)
                 talk.add_reply(reply)
-                talk.tool_result(called(reply, TOOL), f"Your answer does not fit submit_review: "
-                                                      f"{verdict.problem}. Call submit_review again.")
+                talk.tool_result(called(reply, TOOL), "Your answer does not fit submit_review: "
+                                 f"{verdict.problem}. Call submit_review again.")
                 continue
             return self._done(review=verdict.review)
-        return self._done(error=f"the judge's answer broke submit_review's schema twice: {self.problem}")
+        return self._done(
+            error=f"the judge's answer broke submit_review's schema twice: {self.problem}")
 
-    async def _verdict(self, request: JudgeRequest, prepared: PreparedJudge, reply: Any) -> Optional[JudgeVerdict]:
+    async def _verdict(self, request: JudgeRequest, prepared: PreparedJudge,
+                       reply: Any) -> Optional[JudgeVerdict]:
         """The review in the answer, kept by an activity that reads the stored reply (a reply from
         before the payload store is read here, and kept by `taskfleet_judge_record`); None: the
         stored reply could not be read (`problem` says why)."""
@@ -131,21 +142,25 @@ class JudgeWorkflow:
             except ReviewInvalid as err:
                 return JudgeVerdict(problem=str(err))
             assert request.task_input is not None  # a request from before the store carries it
-            record = JudgeRecord(task_input=request.task_input, review=review, cache_key=prepared.cache_key,
-                                 commit=request.commit, round=request.round)
+            record = JudgeRecord(task_input=request.task_input, review=review,
+                                 cache_key=prepared.cache_key, commit=request.commit,
+                                 round=request.round)
             name, argument, result_type = ACTIVITY_JUDGE_RECORD, record, None
         else:
-            answer = JudgeAnswer(reply=reply.message_ref, cache_key=prepared.cache_key, commit=request.commit,
-                                 task_input=request.task_input, task=request.task,
-                                 edits_cache_key=request.edits_cache_key, edits=request.edits)
+            answer = JudgeAnswer(reply=reply.message_ref, cache_key=prepared.cache_key,
+                                 commit=request.commit, task_input=request.task_input,
+                                 task=request.task, edits_cache_key=request.edits_cache_key,
+                                 edits=request.edits)
             name, argument, result_type, review = ACTIVITY_JUDGE_VERDICT, answer, JudgeVerdict, None
         run = workflow.execute_local_activity if request.stored else workflow.execute_activity
         try:
             kept = await run(
-                name, argument, result_type=result_type, start_to_close_timeout=timedelta(minutes=1),
-                retry_policy=RetryPolicy(maximum_attempts=3), summary=f"{task.id}: check and keep the verdict"[:100],
+                name, argument, result_type=result_type,
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"{task.id}: check and keep the verdict"[:100],
             )
-        except ActivityError as err:  # the verdict stands; only its cache entry or lesson is missing
+        except ActivityError as err:  # the verdict stands; only its cache entry or lesson is lost
             workflow.logger.warning("could not record the verdict: %s", root_cause_message(err))
             if review is None:
                 self.problem = root_cause_message(err)
@@ -182,5 +197,5 @@ class JudgeWorkflow:
         self.stage = "done"
         self._details(f"verdict: {review.verdict}" + (" (from the result cache)" if cache_hit else "")
                       if review is not None else f"no verdict: {error}")
-        return compact(JudgeOutcome(review=review, error=error, source=JUDGE_BY_CLAUDE, cache_hit=cache_hit,
-                                    tally=tally))
+        return compact(JudgeOutcome(review=review, error=error, source=JUDGE_BY_CLAUDE,
+                                    cache_hit=cache_hit, tally=tally))

@@ -109,9 +109,10 @@ async def report_stage(task_input: TaskInput, stage: str, verdict: str = "") -> 
 
 
 async def land(land_input: LandInput, local: bool = False) -> str:
-    """Send an approved commit's landing op (push, merge, ...): the op id the orchestrator waits for.
-    `local`: as a local activity (short, and its input, the task's, stays out of history)."""
+    """Send an approved commit's landing op (push, merge, ...): the op id the orchestrator waits
+    for. `local`: as a local activity (short, and its input, the task's, stays out of history)."""
     summary = f"{land_input.task_input.task.id}: land the approved commit"[:100]
     run = workflow.execute_local_activity if local else workflow.execute_activity
-    return await run(ACTIVITY_LAND_TASK, land_input, result_type=str, start_to_close_timeout=timedelta(minutes=2),
-                     retry_policy=LAND_RETRY, summary=summary)
+    return await run(ACTIVITY_LAND_TASK, land_input, result_type=str,
+                     start_to_close_timeout=timedelta(minutes=2), retry_policy=LAND_RETRY,
+                     summary=summary)

@@ -53,7 +53,10 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_LLM_SUBMIT,
     )
 
-from taskfleet.workflows.compat import llm_batcher_continues_between_steps, llm_batcher_cuts_at_api_limits
+from taskfleet.workflows.compat import (
+    llm_batcher_continues_between_steps,
+    llm_batcher_cuts_at_api_limits,
+)
 
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
@@ -61,7 +64,7 @@ RECENT_IDS = 5_000
 # Runs from before the payload store: their requests' params sat in the create's input, so a flush
 # was also cut at this size (the server's payload limit).
 FLUSH_BYTES = 1_500_000
-# Continue-as-new carries pending requests only below this much history (else they are flushed first).
+# Continue-as-new carries pending requests only below this much history (else they are sent first).
 CARRY_BYTES = 1_000_000
 REF_BYTES = 300  # what a request by reference adds to history
 MAX_STEP_FAILURES = 5
@@ -182,8 +185,8 @@ class LLMBatchWorkflow:
                    for r in self.s.pending)
 
     def _limits(self) -> tuple[int, int]:
-        """How many requests and bytes one batch takes: the API's limits (configurable), or for a run
-        from before the payload store, the requests' own size rule and the history's byte cut."""
+        """How many requests and bytes one batch takes: the API's limits (configurable), or for a
+        run from before the payload store, the requests' own size rule and a history byte cut."""
         size = min(r.max_batch_size for r in self.s.pending)
         if self._api_limits:
             return min(size, self.config.max_requests), self.config.max_bytes
@@ -236,8 +239,10 @@ class LLMBatchWorkflow:
         self._creating = batch.flush_id
         self._refresh_details()
         known = [b.batch_id for b in self.s.in_flight + self.s.recent_batches if b.batch_id]
-        inline = [{"custom_id": r.custom_id, "params": r.params} for r in requests if r.params_ref is None]
-        entries = [BatchEntry(custom_id=r.custom_id, params=r.params_ref) for r in requests if r.params_ref]
+        inline = [{"custom_id": r.custom_id, "params": r.params}
+                  for r in requests if r.params_ref is None]
+        entries = [BatchEntry(custom_id=r.custom_id, params=r.params_ref)
+                   for r in requests if r.params_ref]
         try:
             out: CreateBatchOutput = await workflow.execute_activity(
                 ACTIVITY_LLM_CREATE_BATCH,
@@ -276,16 +281,19 @@ class LLMBatchWorkflow:
         workflow.logger.warning("%s: %d request(s) left out", batch.flush_id, len(left_out))
         for custom_id, listener in routes:
             if custom_id in left_out:
-                await self._tell(custom_id, listener, f"left out of {batch.flush_id}: {left_out[custom_id]}", "")
+                why = f"left out of {batch.flush_id}: {left_out[custom_id]}"
+                await self._tell(custom_id, listener, why, "")
 
     async def _tell_failed(self, batch: InFlightBatch, error: str) -> None:
         for custom_id, listener in zip(batch.custom_ids, batch.reply_to):
             await self._tell(custom_id, listener, error, batch.batch_id)
 
     async def _tell(self, custom_id: str, listener: str, error: str, batch_id: str) -> None:
-        reply = LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=error[:500], batch_id=batch_id)
+        reply = LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=error[:500],
+                         batch_id=batch_id)
         try:
-            await workflow.get_external_workflow_handle(listener).signal(SIGNAL_LLM_REPLY, compact(reply))
+            handle = workflow.get_external_workflow_handle(listener)
+            await handle.signal(SIGNAL_LLM_REPLY, compact(reply))
         except Exception as err:  # noqa: BLE001 - a vanished task is not our failure
             workflow.logger.warning("could not tell %s: %s", listener, err)
 

@@ -3,10 +3,10 @@
 prepare request -> model (a Message Batch via `LLMBatchWorkflow`, or one direct call) -> apply edits,
 verify, commit -> the judge, if the task has one -> land -> a fix round on failure, or a revise round
 with the judge's comments in the conversation. The request, the replies and the edits stay in the
-payload store: this workflow's history holds their references. Waiting for a batch (minutes to hours) is a
-`wait_condition` on a signal here: no activity slot, no worker thread and no worktree is held, and
-the wait survives worker restarts. It returns the same `TaskResult` as `taskfleet_run_task`, so the
-orchestrator lands and counts both kinds of task the same way.
+payload store: this workflow's history holds their references. Waiting for a batch (minutes to
+hours) is a `wait_condition` on a signal here: no activity slot, no worker thread and no worktree
+is held, and the wait survives worker restarts. It returns the same `TaskResult` as
+`taskfleet_run_task`, so the orchestrator lands and counts both kinds of task the same way.
 """
 
 from __future__ import annotations
@@ -53,7 +53,14 @@ with workflow.unsafe.imports_passed_through():
 
 from taskfleet.workflows.compat import llm_task_reports_stages
 from taskfleet.workflows.judging import add_judging, judge, land, report_stage, with_judging
-from taskfleet.workflows.model_calls import QUICK, Conversation, ModelCalls, Route, called, tool_call
+from taskfleet.workflows.model_calls import (
+    QUICK,
+    Conversation,
+    ModelCalls,
+    Route,
+    called,
+    tool_call,
+)
 
 TOOL = "apply_edits"
 TOOL_RESULT_TAIL = 3000
@@ -116,7 +123,8 @@ class LLMTaskWorkflow:
             reply: Optional[LLMReply] = None
             tool_id: Optional[str] = None
             if from_cache:
-                answer, edits, summary = prepared.cached, prepared.cached_edits, prepared.cached_summary
+                answer, edits = prepared.cached, prepared.cached_edits
+                summary = prepared.cached_summary
             else:
                 if attempt >= task.max_attempts:
                     break
@@ -131,8 +139,9 @@ class LLMTaskWorkflow:
                     await self._record(task_input, last)
                     continue
                 tool_id = called(reply, TOOL)
-                inline = tool_call(reply.message, TOOL) if reply.message else None  # before the store
-                if tool_id is None or (inline is not None and not isinstance(inline.get("input"), dict)):
+                # A reply from before the payload store holds the edits itself.
+                inline = tool_call(reply.message, TOOL) if reply.message else None
+                if tool_id is None or (inline and not isinstance(inline.get("input"), dict)):
                     last = self._failed(f"attempt {attempt}: the model did not call apply_edits", "llm_no_tool")
                     await self._record(task_input, last)
                     talk.add_reply(reply)
@@ -140,15 +149,17 @@ class LLMTaskWorkflow:
                     continue
                 answer, edits, summary = reply.message_ref, None, ""
                 if inline is not None:
-                    edits, summary = inline["input"].get("edits"), str(inline["input"].get("summary", ""))[:1000]
+                    edits = inline["input"].get("edits")
+                    summary = str(inline["input"].get("summary", ""))[:1000]
             if self.task_ref is None:  # else the apply step says so itself
                 await self._stage(task_input, STAGE_VERIFYING)
             applied: TaskResult = await workflow.execute_activity(
                 ACTIVITY_LLM_APPLY,
-                compact(ApplyInput(task_input=apply_input if self.task_ref is None else None, edits=edits,
-                                   summary=summary, attempt=attempt, cache_key=prepared.cache_key,
-                                   from_cache=from_cache, reviewed_commit=self.reviewed_commit, answer=answer,
-                                   task=self.task_ref, hold_landing=judged, report_stages=self._stages)),
+                compact(ApplyInput(
+                    task_input=apply_input if self.task_ref is None else None, edits=edits,
+                    summary=summary, attempt=attempt, cache_key=prepared.cache_key,
+                    from_cache=from_cache, reviewed_commit=self.reviewed_commit, answer=answer,
+                    task=self.task_ref, hold_landing=judged, report_stages=self._stages)),
                 result_type=TaskResult,
                 start_to_close_timeout=timedelta(seconds=2 * task.timeout_seconds + 120),
                 heartbeat_timeout=APPLY_HEARTBEAT,
@@ -193,7 +204,8 @@ class LLMTaskWorkflow:
                 talk.tool_result(tool_id, feedback)
         return self._merged(last)
 
-    async def _judge(self, task_input: TaskInput, applied: TaskResult, attempt: int, kept: Kept) -> Optional[str]:
+    async def _judge(self, task_input: TaskInput, applied: TaskResult, attempt: int,
+                     kept: Kept) -> Optional[str]:
         """Ask the judge about the applied commit. Approve: land it (None). Reject or no verdict:
         `applied` becomes the task's failure (None). Revise: the feedback for the next attempt."""
         self.rounds += 1
@@ -201,15 +213,15 @@ class LLMTaskWorkflow:
         if not by_stored_judge:  # else the judge's prepare step says so itself
             await self._stage(task_input, STAGE_JUDGING)
         by_ref = kept.cache_key if kept.answer is not None else ""
-        request = JudgeRequest(task_input=task_input, commit=applied.commit, verify_tail=applied.output_tail,
-                               round=self.rounds, attempt=attempt, edits_cache_key=by_ref,
-                               edits=kept.answer if by_ref else None)
+        request = JudgeRequest(task_input=task_input, commit=applied.commit,
+                               verify_tail=applied.output_tail, round=self.rounds, attempt=attempt,
+                               edits_cache_key=by_ref, edits=kept.answer if by_ref else None)
         if by_stored_judge:
             # The judge reads the stored task; the verify output from its command on.
             tail = applied.output_tail
-            request = replace(request, task_input=None, task=self.task_ref, about=judged_task(request),
-                              verify_tail=tail[max(tail.rfind("$ (verify) "), 0):], stored=True,
-                              report_stage=True)
+            request = replace(request, task_input=None, task=self.task_ref,
+                              about=judged_task(request), stored=True, report_stage=True,
+                              verify_tail=tail[max(tail.rfind("$ (verify) "), 0):])
         outcome = await judge(request)
         add_judging(self.judging, outcome)
         review = outcome.review
@@ -218,12 +230,14 @@ class LLMTaskWorkflow:
             return None
         self.verdict, self._last_review = review.verdict, review
         if review.verdict == VERDICT_APPROVE:
-            if not self.stored:  # else the landing step says so itself
+            # A stored run lands in a local activity: this workflow is done a moment later, and
+            # the orchestrator then shows the task waiting to land, so no `landing` stage is sent.
+            if not self.stored:
                 await self._stage(task_input, STAGE_LANDING)
-            inline = kept.cache_key if kept.answer is None else ""  # by reference: the judge kept them
-            applied.landing_op_id = await land(LandInput(task_input=replace(task_input, report_stages=self.stored),
-                                                         commit=applied.commit, edits_cache_key=inline,
-                                                         edits=kept.edits, summary=kept.summary), local=self.stored)
+            inline = kept.cache_key if kept.answer is None else ""  # else the judge kept them
+            landing = LandInput(task_input=task_input, commit=applied.commit, edits_cache_key=inline,
+                                edits=kept.edits, summary=kept.summary)
+            applied.landing_op_id = await land(landing, local=self.stored)
             return None
         if review.verdict == VERDICT_REJECT:
             applied.status, applied.failure_type = TASK_FAILED, "judge_rejected"
@@ -239,8 +253,8 @@ class LLMTaskWorkflow:
             await report_stage(task_input, stage, self.verdict)
 
     async def _prepare(self, params: LLMTaskInput) -> PreparedRequest:
-        """The request, prepared and stored. A stored run prepares in a local activity (no round trip,
-        no copy of the task's input in history), which also stores the input and submits the request."""
+        """The request, prepared and stored. A stored run prepares in a local activity (no round
+        trip, no copy of the task's input in history) that also stores the input and submits."""
         task_input = params.task_input
         if not params.stored:
             return await workflow.execute_activity(
@@ -255,9 +269,11 @@ class LLMTaskWorkflow:
             summary=f"{task.id}: prepare the request"[:100],
         )
 
-    async def _ask(self, params: LLMTaskInput, talk: Conversation, attempt: int, submitted: bool) -> LLMReply:
+    async def _ask(self, params: LLMTaskInput, talk: Conversation, attempt: int,
+                   submitted: bool) -> LLMReply:
         task = params.task_input.task
-        return await self.calls.ask(talk.request(), self.model, task.id, attempt, _route(task), task.id, submitted)
+        return await self.calls.ask(talk.request(), self.model, task.id, attempt, _route(task),
+                                    task.id, submitted)
 
     def _account(self, reply: LLMReply) -> None:
         self.calls.account(reply, self.model)
@@ -285,7 +301,9 @@ class LLMTaskWorkflow:
         if self.rounds:
             with_judging(outcome, self.judging, self.verdict, self.by_claude)
         if self.stored:
-            outcome.output_tail = ""  # the log holds it (`log_path`); the orchestrator never reads it
+            outcome.output_tail = ""  # the log holds it (`log_path`); the orchestrator reads none
+            for name in ("seconds", "exec_seconds", "verify_seconds", "setup_seconds", "wait_seconds"):
+                setattr(outcome, name, round(getattr(outcome, name), 3))
         return compact(outcome)
 
 

@@ -68,7 +68,8 @@ def reply_of(args: tuple) -> Optional[LLMReply]:
                 message=raw.get("message") if isinstance(raw.get("message"), dict) else {},
                 error=str(raw.get("error", ""))[:2000], batch_id=str(raw.get("batch_id", ""))[:200],
                 usage=LLMUsage(**{k: int(usage.get(k) or 0) for k in LLMUsage.__dataclass_fields__}),
-                message_ref=ref_of(raw.get("message_ref")), tool_id=str(raw.get("tool_id", ""))[:200],
+                message_ref=ref_of(raw.get("message_ref")),
+                tool_id=str(raw.get("tool_id", ""))[:200],
                 tool_name=str(raw.get("tool_name", ""))[:200],
             )
     except Exception:  # noqa: BLE001 - a bad message must never fail the workflow task
@@ -112,9 +113,12 @@ class Conversation:
         self.turns.append({"role": "user", "content": list(content)})
 
     def tool_result(self, tool_id: Optional[str], text: str) -> None:
-        """The answer to the reply's tool call as an error result (or plain text if it made none)."""
-        self.add_user({"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": text}
-                      if tool_id is not None else {"type": "text", "text": text})
+        """The answer to the reply's tool call as an error result (plain text if it made none)."""
+        if tool_id is None:
+            self.add_user({"type": "text", "text": text})
+        else:
+            self.add_user({"type": "tool_result", "tool_use_id": tool_id, "is_error": True,
+                           "content": text})
 
 
 class ModelCalls:
@@ -132,9 +136,9 @@ class ModelCalls:
         if len(self.replies) < MAX_REPLIES:
             self.replies.setdefault(reply.custom_id, reply)
 
-    def submit_input(self, name: str, attempt: int, route: Route, request: Optional[ModelRequest] = None,
-                     resubmit: int = 0) -> SubmitInput:
-        """What `taskfleet_llm_submit` (or a prepare step that submits at once) sends the batcher."""
+    def submit_input(self, name: str, attempt: int, route: Route,
+                     request: Optional[ModelRequest] = None, resubmit: int = 0) -> SubmitInput:
+        """What `taskfleet_llm_submit` (or a prepare step that submits at once) sends on."""
         info = workflow.info()
         custom_id = llm_custom_id(info.first_execution_run_id, name, attempt, resubmit)
         return SubmitInput(
@@ -167,7 +171,8 @@ class ModelCalls:
             try:
                 if not (submitted and resubmit == 0):
                     await workflow.execute_activity(
-                        ACTIVITY_LLM_SUBMIT, submit, start_to_close_timeout=timedelta(minutes=2), retry_policy=QUICK,
+                        ACTIVITY_LLM_SUBMIT, submit, start_to_close_timeout=timedelta(minutes=2),
+                        retry_policy=QUICK,
                         summary=f"{label}: submit to the Message Batch queue"[:100],
                     )
             except ActivityError as err:

@@ -45,7 +45,14 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.plan_board import BoardRefused, planned_board
     from taskfleet.core.plan_input import InvalidPlanInput, parse_plan_input
 
-from taskfleet.workflows.model_calls import QUICK, Conversation, ModelCalls, Route, called, tool_call
+from taskfleet.workflows.model_calls import (
+    QUICK,
+    Conversation,
+    ModelCalls,
+    Route,
+    called,
+    tool_call,
+)
 
 TOOL = "submit_board"
 ANSWERS = 2  # the first answer, then one fix round
@@ -115,8 +122,9 @@ class PlannerWorkflow:
             if not checked.problems:
                 self.stage, self.problems = PLAN_DONE, []
                 self._details()
-                return PlanResult(board_toml=checked.board_toml, name=checked.name, task_ids=checked.task_ids,
-                                  base=plan.base, base_commit=prepared.base_commit, attempts=attempt,
+                return PlanResult(board_toml=checked.board_toml, name=checked.name,
+                                  task_ids=checked.task_ids, base=plan.base,
+                                  base_commit=prepared.base_commit, attempts=attempt,
                                   usage=self.calls.usage)
             self.problems = checked.problems
             await self._lesson(plan, attempt)
@@ -129,14 +137,15 @@ class PlannerWorkflow:
         raise self._failure(f"the board was refused {ANSWERS} times: " + "; ".join(self.problems), "PlanRefused")
 
     async def _check(self, plan: PlanInput, reply: Any) -> PlanCheck:
-        """The answer's board checked by an activity reading the stored reply (a reply from before the
-        payload store is checked here)."""
+        """The answer's board checked by an activity reading the stored reply (a reply from before
+        the payload store is checked here)."""
         if reply.message_ref is not None:
+            answer = PlanAnswer(reply=reply.message_ref, base=plan.base, goal=plan.goal,
+                                max_tasks=plan.max_tasks)
             try:
                 return await workflow.execute_activity(
-                    ACTIVITY_PLAN_CHECK, PlanAnswer(reply=reply.message_ref, base=plan.base, goal=plan.goal,
-                                                    max_tasks=plan.max_tasks),
-                    result_type=PlanCheck, start_to_close_timeout=timedelta(minutes=1), retry_policy=QUICK,
+                    ACTIVITY_PLAN_CHECK, answer, result_type=PlanCheck,
+                    start_to_close_timeout=timedelta(minutes=1), retry_policy=QUICK,
                     summary="plan: check the answer's board")
             except ActivityError as err:
                 raise self._failure(f"the answer could not be read: {root_cause_message(err)}",

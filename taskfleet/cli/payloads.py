@@ -15,7 +15,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.activities.model_io.payload_store import PayloadStore, PayloadStoreError, payload_store
+from taskfleet.activities.model_io.payload_store import (
+    PayloadStore,
+    PayloadStoreError,
+    payload_store,
+)
 from taskfleet.cli.common import client_for, examples
 from taskfleet.clients.connection import StartupError
 from taskfleet.core.llm_ids import judge_workflow_id, llm_custom_id, llm_task_workflow_id
@@ -43,8 +47,9 @@ MAX_ROUNDS = 20
 def _store(args: argparse.Namespace) -> PayloadStore:
     settings = TaskfleetSettings()
     try:
-        return payload_store(args.store if args.store is not None else settings.payload_store,
-                             settings.payloads_dir)
+        return payload_store(
+            args.store if args.store is not None else settings.payload_store, settings.payloads_dir
+        )
     except ValueError as err:
         raise StartupError(str(err)) from None
 
@@ -108,13 +113,18 @@ class Calls:
             inline = {"params": request.get("params")} if request.get("params") else None
             self.request(str(request.get("custom_id", "")), value.get("model_request") or inline)
         elif activity == ACTIVITY_LLM_CALL_DIRECT:
-            self.request(str(value.get("custom_id", "")), value.get("request") or {"params": value.get("params")})
+            self.request(
+                str(value.get("custom_id", "")),
+                value.get("request") or {"params": value.get("params")},
+            )
 
     def _done(self, activity: str, value: Any, first_run: str) -> None:
-        """A prepare step's request (sent by the step itself, or by the next submit) and a direct reply."""
+        """A prepare step's request (if the step sent it itself) and a direct call's reply."""
         if activity in PREPARES and isinstance(value, dict) and value.get("submitted"):
             custom_id = llm_custom_id(first_run, self.name, 1)
-            self.request(custom_id, {"prepared": value.get("request"), "params": value.get("params") or {}})
+            self.request(
+                custom_id, {"prepared": value.get("request"), "params": value.get("params") or {}}
+            )
         elif activity == ACTIVITY_LLM_CALL_DIRECT and isinstance(value, dict):
             self.replies.setdefault(str(value.get("custom_id", "")), value)
 
@@ -123,7 +133,9 @@ def _request_name(workflow_type: str, start: Any) -> str:
     """The name a workflow's custom ids start from: the task id, `<task id>-judge`, or `plan`."""
     start = start if isinstance(start, dict) else {}
     task_input = start.get("task_input") if isinstance(start.get("task_input"), dict) else {}
-    task_id = str((task_input.get("task") or {}).get("id") or (start.get("about") or {}).get("id") or "")
+    task_id = str(
+        (task_input.get("task") or {}).get("id") or (start.get("about") or {}).get("id") or ""
+    )
     if workflow_type == LLM_TASK_WORKFLOW:
         return task_id
     return f"{task_id}-judge" if workflow_type == JUDGE_WORKFLOW and task_id else ""
@@ -158,7 +170,9 @@ def _text(content: Any) -> str:
         if kind == "text":
             out.append(block.get("text", ""))
         elif kind == "tool_use":
-            out.append(f"[tool_use {block.get('name')}]\n{json.dumps(block.get('input'), indent=2)}")
+            out.append(
+                f"[tool_use {block.get('name')}]\n{json.dumps(block.get('input'), indent=2)}"
+            )
         elif kind == "tool_result":
             error = " (error)" if block.get("is_error") else ""
             out.append(f"[tool_result{error}]\n{_text(block.get('content'))}")
@@ -166,8 +180,10 @@ def _text(content: Any) -> str:
 
 
 def _print_call(custom_id: str, params: dict, reply: dict | None, message: dict | None) -> None:
-    print(f"--- request {custom_id}: model {params.get('model', '?')}, "
-          f"{len(params.get('messages') or [])} message(s)")
+    print(
+        f"--- request {custom_id}: model {params.get('model', '?')}, "
+        f"{len(params.get('messages') or [])} message(s)"
+    )
     system = params.get("system")
     if system:
         print(f"[system]\n{_text(system)}")
@@ -177,7 +193,10 @@ def _print_call(custom_id: str, params: dict, reply: dict | None, message: dict 
         print("--- no reply yet")
         return
     where = f" in batch {reply.get('batch_id')}" if reply.get("batch_id") else ""
-    print(f"--- reply: {reply.get('type')}{where}" + (f": {reply.get('error')}" if reply.get("error") else ""))
+    print(
+        f"--- reply: {reply.get('type')}{where}"
+        + (f": {reply.get('error')}" if reply.get("error") else "")
+    )
     if message:
         print(f"[assistant]\n{_text(message.get('content'))}")
 
@@ -200,7 +219,10 @@ async def show(args: argparse.Namespace) -> int:
         targets = [llm_task_workflow_id(args.run, args.task)]
         targets += [judge_workflow_id(args.run, args.task, n) for n in range(1, MAX_ROUNDS)]
     else:
-        print("taskfleet: give TASK and --run RUN (the run's workflow id), or --workflow ID", file=sys.stderr)
+        print(
+            "taskfleet: give TASK and --run RUN (the run's workflow id), or --workflow ID",
+            file=sys.stderr,
+        )
         return 2
     found, out, unreadable = 0, [], 0
     for workflow_id in targets:
@@ -216,19 +238,32 @@ async def show(args: argparse.Namespace) -> int:
             reply = calls.replies.get(custom_id)
             try:
                 params = await _params(store, calls.requests[custom_id])
-                message = (await _json(store, reply.get("message_ref")) or reply.get("message")) if reply else None
+                message = (
+                    (await _json(store, reply.get("message_ref")) or reply.get("message"))
+                    if reply
+                    else None
+                )
             except PayloadStoreError as err:
                 unreadable += 1
                 print(f"taskfleet: {custom_id}: {err}", file=sys.stderr)
                 continue
             if args.json:
-                out.append({"workflow_id": workflow_id, "custom_id": custom_id, "request": params,
-                            "reply": {**(reply or {}), "message": message}})
+                out.append(
+                    {
+                        "workflow_id": workflow_id,
+                        "custom_id": custom_id,
+                        "request": params,
+                        "reply": {**(reply or {}), "message": message},
+                    }
+                )
             else:
                 _print_call(custom_id, params, reply, message)
     if not found:
         what = args.workflow or f"task {args.task} of run {args.run}"
-        print(f"taskfleet: no Claude calls found for {what} (no such workflow in this namespace)", file=sys.stderr)
+        print(
+            f"taskfleet: no Claude calls found for {what} (no such workflow in this namespace)",
+            file=sys.stderr,
+        )
         return 1
     if args.json:
         print(json.dumps(out, indent=2))
@@ -246,20 +281,24 @@ async def prune(args: argparse.Namespace) -> int:
     client = await client_for(args)
     types = ", ".join(f"'{t}'" for t in USERS)
     oldest = None
-    async for run in client.list_workflows(f"ExecutionStatus = 'Running' AND WorkflowType IN ({types})"):
+    async for run in client.list_workflows(
+        f"ExecutionStatus = 'Running' AND WorkflowType IN ({types})"
+    ):
         if oldest is None or run.start_time < oldest.start_time:
             oldest = run
     if oldest is not None and oldest.start_time.timestamp() < cutoff:
         cutoff = oldest.start_time.timestamp() - 60
-        print(f"keeping payloads from {_when(cutoff)} on: {oldest.id} ({oldest.workflow_type}) is still open")
+        print(f"keeping payloads from {_when(cutoff)} on: {oldest.id} is still open")
     try:
         gone, gone_bytes, kept, kept_bytes = store.prune(cutoff, dry_run=args.dry_run)
     except PayloadStoreError as err:
         print(f"taskfleet: {err}", file=sys.stderr)
         return 2
     verb = "would remove" if args.dry_run else "removed"
-    print(f"{verb} {gone} payload(s), {gone_bytes / 1e6:.1f} MB, stored before {_when(cutoff)}; "
-          f"kept {kept}, {kept_bytes / 1e6:.1f} MB, in {store.url}")
+    print(
+        f"{verb} {gone} payload(s), {gone_bytes / 1e6:.1f} MB, stored before {_when(cutoff)}; "
+        f"kept {kept}, {kept_bytes / 1e6:.1f} MB, in {store.url}"
+    )
     return 0
 
 
@@ -268,22 +307,41 @@ def _when(epoch: float) -> str:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser("show", help="a Claude task's prompts and replies, read from the payload store", **examples(
-        "taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d",
-        "taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d --json",
-        "taskfleet show --workflow taskfleet-plan-5e6f7a8b"))
+    s = sub.add_parser(
+        "show",
+        help="a Claude task's prompts and replies, read from the payload store",
+        **examples(
+            "taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d",
+            "taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d --json",
+            "taskfleet show --workflow taskfleet-plan-5e6f7a8b",
+        ),
+    )
     s.add_argument("task", nargs="?", help="the task id on the board")
     s.add_argument("--run", help="the run's workflow id (taskfleet run prints it)")
-    s.add_argument("--workflow", help="instead: any workflow that called Claude (a planner, a judge)")
-    s.add_argument("--store", help="the payload store (default: TASKFLEET_PAYLOAD_STORE, else the state dir's)")
+    s.add_argument(
+        "--workflow", help="instead: any workflow that called Claude (a planner, a judge)"
+    )
+    s.add_argument(
+        "--store", help="the payload store (default: TASKFLEET_PAYLOAD_STORE, else the state dir's)"
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=show)
-    group = sub.add_parser("payloads", help="the payload store: prompts, replies, edits").add_subparsers(
-        dest="payloads_command", required=True)
-    p = group.add_parser("prune", help="remove payloads older than a number of days (never an open run's)",
-                         **examples("taskfleet payloads prune --older-than-days 30 --dry-run",
-                                    "taskfleet payloads prune --older-than-days 30 --store s3://bucket/taskfleet"))
+    group = sub.add_parser(
+        "payloads", help="the payload store: prompts, replies, edits"
+    ).add_subparsers(dest="payloads_command", required=True)
+    p = group.add_parser(
+        "prune",
+        help="remove payloads older than a number of days (never an open run's)",
+        **examples(
+            "taskfleet payloads prune --older-than-days 30 --dry-run",
+            "taskfleet payloads prune --older-than-days 30 --store s3://bucket/taskfleet",
+        ),
+    )
     p.add_argument("--older-than-days", type=float, required=True)
-    p.add_argument("--dry-run", action="store_true", help="say what would go and what stays; remove nothing")
-    p.add_argument("--store", help="the payload store (default: TASKFLEET_PAYLOAD_STORE, else the state dir's)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would go and what stays; remove nothing"
+    )
+    p.add_argument(
+        "--store", help="the payload store (default: TASKFLEET_PAYLOAD_STORE, else the state dir's)"
+    )
     p.set_defaults(func=prune)

@@ -37,7 +37,8 @@ class LLMSettings:
     # TASKFLEET_LLM_BATCH_MAX_BYTES; defaults: the API's limits)
     batch_max_requests: int = field(
         default_factory=lambda: int(_env_float("TASKFLEET_LLM_BATCH_MAX_REQUESTS", 100_000)))
-    batch_max_bytes: int = field(default_factory=lambda: int(_env_float("TASKFLEET_LLM_BATCH_MAX_BYTES", 240e6)))
+    batch_max_bytes: int = field(
+        default_factory=lambda: int(_env_float("TASKFLEET_LLM_BATCH_MAX_BYTES", 240e6)))
     # the part of a task's diff a Claude judge is shown (env TASKFLEET_JUDGE_DIFF_MAX_BYTES); a
     # judge command always gets the whole diff on stdin
     judge_diff_max_bytes: int = field(default_factory=lambda: int(_env_float("TASKFLEET_JUDGE_DIFF_MAX_BYTES", 100_000)))

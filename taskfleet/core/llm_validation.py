@@ -56,18 +56,20 @@ def parse_submit(args: tuple) -> LLMRequest:
         _check_inline(params)
     max_size = raw.get("max_batch_size", MAX_BATCH_SIZE)
     max_age = raw.get("max_batch_age_seconds", 10.0)
-    if not isinstance(max_size, int) or isinstance(max_size, bool) or not 1 <= max_size <= MAX_BATCH_SIZE:
+    whole = isinstance(max_size, int) and not isinstance(max_size, bool)
+    if not whole or not 1 <= max_size <= MAX_BATCH_SIZE:
         raise InvalidSubmit(f"max_batch_size must be a whole number 1..{MAX_BATCH_SIZE}")
-    if not isinstance(max_age, (int, float)) or isinstance(max_age, bool) or not 0 <= max_age <= 86_400:
+    number = isinstance(max_age, (int, float)) and not isinstance(max_age, bool)
+    if not number or not 0 <= max_age <= 86_400:
         raise InvalidSubmit("max_batch_age_seconds must be a number 0..86400")
-    return LLMRequest(custom_id=custom_id, params=params, reply_to=reply_to, max_batch_size=max_size,
-                      max_batch_age_seconds=float(max_age), params_ref=ref)
+    return LLMRequest(custom_id=custom_id, params=params, reply_to=reply_to,
+                      max_batch_size=max_size, max_batch_age_seconds=float(max_age), params_ref=ref)
 
 
 def _check_inline(params: Any) -> None:
     """Params typed inline (by hand): the Messages API's required keys, plain JSON, small."""
     if not isinstance(params, dict):
-        raise InvalidSubmit("params must be an object (Messages API parameters), or give params_ref")
+        raise InvalidSubmit("params must be an object (Messages API params), or give params_ref")
     for key, kind in (("model", str), ("max_tokens", int), ("messages", list)):
         if not isinstance(params.get(key), kind) or isinstance(params.get(key), bool):
             raise InvalidSubmit(f"params.{key} must be a {kind.__name__}")

@@ -55,7 +55,8 @@ def judged_task(request: JudgeRequest) -> JudgeTask:
     assert params is not None, "a JudgeRequest carries its task inline or stored"
     t = params.task
     return JudgeTask(id=t.id, reply_to=params.reply_to, llm_batch=t.llm_batch,
-                     llm_batch_max_size=t.llm_batch_max_size, llm_batch_max_age_seconds=t.llm_batch_max_age_seconds)
+                     llm_batch_max_size=t.llm_batch_max_size,
+                     llm_batch_max_age_seconds=t.llm_batch_max_age_seconds)
 
 
 @dataclass

@@ -91,7 +91,7 @@ class LLMBatchConfig:
     api_timeout_seconds: float = 120.0  # one API call's activity timeout
     max_history_events: int = 0  # test hook: continue-as-new past this many events
     # The API's limits for one Message Batch (100,000 requests, 256 MB): a flush is cut at whichever
-    # comes first; the bytes are the stored params', kept under the API's with room for the envelope.
+    # comes first; bytes count the stored params, kept under the API's limit with room to spare.
     max_requests: int = 100_000
     max_bytes: int = 240_000_000
 

@@ -1,4 +1,4 @@
-"""A payload kept out of workflow history: the history carries this reference, the store the bytes."""
+"""A payload kept out of workflow history: history carries this reference, the store the bytes."""
 
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 import dataclasses
@@ -11,17 +11,21 @@ KEY = re.compile(r"^[0-9a-f]{64}$")
 
 @dataclass
 class PayloadRef:
-    """A stored payload: `key` is the SHA-256 of its bytes (so also its checksum), `size` their length."""
+    """A stored payload: `key` is the SHA-256 of its bytes (its checksum too), `size` its length."""
 
     key: str
     size: int = 0
 
 
 def ref_of(raw: Any) -> Optional[PayloadRef]:
-    """A reference from a payload typed by anyone (a dict or a PayloadRef), or None if it is not one."""
+    """A reference from a payload typed by anyone (a dict or a PayloadRef), or None if not one."""
     if isinstance(raw, PayloadRef):
         raw = raw.__dict__
-    if not isinstance(raw, dict) or not isinstance(raw.get("key"), str) or not KEY.match(raw["key"]):
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("key"), str)
+        or not KEY.match(raw["key"])
+    ):
         return None
     size = raw.get("size", 0)
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
