@@ -14,7 +14,11 @@ from pathlib import Path
 
 from tests.conftest import free_port
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 class S3Server:
@@ -22,8 +26,12 @@ class S3Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.out = open(log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while True:  # a condition, not a sleep: the server answers once it listens
             try:
@@ -40,8 +48,13 @@ class S3Server:
     def client(self):
         import boto3
 
-        return boto3.session.Session(**{"aws_access_key_id": "testing", "aws_secret_access_key": "testing",
-                                        "region_name": "us-east-1"}).client("s3", endpoint_url=self.url)
+        return boto3.session.Session(
+            **{
+                "aws_access_key_id": "testing",
+                "aws_secret_access_key": "testing",
+                "region_name": "us-east-1",
+            }
+        ).client("s3", endpoint_url=self.url)
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from taskfleet.activities.model_io.payload_s3 import S3Store
-from taskfleet.activities.model_io.payload_store import LocalStore, PayloadStore, PayloadStoreError, payload_store
+from taskfleet.activities.model_io.payload_store import (
+    LocalStore,
+    PayloadStore,
+    PayloadStoreError,
+    payload_store,
+)
 from taskfleet.core.models.payload import PayloadRef
 from tests.conftest import free_port
 from tests.s3_support import CREDENTIALS, s3_server
@@ -49,7 +54,9 @@ def test_a_missing_payload_names_the_store_and_the_key(store: PayloadStore):
     assert ref.key in str(caught.value) and store.url in str(caught.value)
     good = store.put(b"good")
     found = store.get_many([ref, good])
-    assert isinstance(found[0], PayloadStoreError) and found[1] == b"good"  # one bad read fails alone
+    assert (
+        isinstance(found[0], PayloadStoreError) and found[1] == b"good"
+    )  # one bad read fails alone
 
 
 def test_a_corrupted_payload_is_refused_naming_its_key(tmp_path: Path):
@@ -58,7 +65,11 @@ def test_a_corrupted_payload_is_refused_naming_its_key(tmp_path: Path):
     (tmp_path / "payloads" / ref.key[:2] / ref.key).write_bytes(b"the prompT")
     with pytest.raises(PayloadStoreError) as caught:
         store.get(ref)
-    assert caught.value.kind == "PayloadCorrupt" and ref.key in str(caught.value) and "SHA-256" in str(caught.value)
+    assert (
+        caught.value.kind == "PayloadCorrupt"
+        and ref.key in str(caught.value)
+        and "SHA-256" in str(caught.value)
+    )
 
 
 def test_storing_again_refreshes_its_age_and_prune_takes_only_the_old(tmp_path: Path):
@@ -87,7 +98,9 @@ def test_s3_prune_goes_by_last_stored(s3, tmp_path: Path):
 
 
 def test_an_unreachable_s3_store_is_retryable_and_named(monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv(
+        "AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}"
+    )  # nothing listens there
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
     store = S3Store("s3://payloads/nowhere")
