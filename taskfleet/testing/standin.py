@@ -97,7 +97,7 @@ class StandIn:
 
     def __post_init__(self) -> None:
         self.calls: Counter[str] = Counter()
-        self.cpu_seconds = 0.0  # CPU its handlers spent, so a benchmark can take it out of the worker's
+        self.cpu_seconds = 0.0  # CPU its handlers spent: a benchmark takes it out of the worker's
         self.requests: list[dict] = []  # every request served: {"task", "tool", "custom_id", "via", "params"}
         self._batches: dict[str, _Batch] = {}
         self._order: list[str] = []
@@ -146,6 +146,11 @@ class StandIn:
     def api_calls(self) -> int:
         """Calls that cost money on the real API: batch creates and direct messages."""
         return self.calls["batches.create"] + self.calls["messages.create"]
+
+    def batch_contents(self) -> list[list[str]]:
+        """Each batch's custom ids, in the order the batches were made."""
+        with self._lock:
+            return [[line["custom_id"] for line in self._batches[i].lines] for i in self._order]
 
     def batch_sizes(self) -> list[int]:
         with self._lock:
