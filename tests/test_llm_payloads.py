@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from taskfleet.activities.llm import SHARED_RULES
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.llm_ids import judge_workflow_id, llm_batch_workflow_id, llm_task_workflow_id
+from taskfleet.core.names import JUDGE_WORKFLOW
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.testing.standin import StandIn
 from tests.conftest import GitRemoteFixture, eventually, free_port, git
@@ -208,3 +210,35 @@ async def test_an_s3_store_end_to_end_and_an_unreachable_one_fails_naming_it(
     assert (
         task.status == "failed" and "payload store s3://payloads/gone is unreachable" in task.reason
     ), task
+
+
+async def test_prune_removes_old_payloads_and_keeps_what_an_open_run_may_read(
+    client, task_queue, tmp_path, server_address
+):
+    from taskfleet.activities.model_io.payload_store import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    old = [store.put(f"old {i}".encode()) for i in range(2)]
+    fresh = store.put(b"stored just now")
+    month_ago = time.time() - 40 * 86_400
+    for ref in old:
+        os.utime(tmp_path / "store" / ref.key[:2] / ref.key, (month_ago, month_ago))
+    # An open run (no worker serves its queue): what was stored since it started must stay.
+    open_run = await client.start_workflow(
+        JUDGE_WORKFLOW, {}, id=f"open-{task_queue}", task_queue=task_queue
+    )
+    try:
+        args = ("payloads", "prune", "--store", str(tmp_path / "store"))
+        dry = await taskfleet(
+            server_address, *args, "--older-than-days", "30", "--dry-run", cwd=tmp_path
+        )
+        assert dry.returncode == 0 and "would remove 2 payload(s)" in dry.stdout, dry.stderr
+        assert store.get(old[0]) == b"old 0"
+        done = await taskfleet(server_address, *args, "--older-than-days", "0", cwd=tmp_path)
+    finally:
+        await open_run.terminate()
+    assert done.returncode == 0, done.stderr
+    assert "is still open" in done.stdout and "removed 2 payload(s)" in done.stdout, done.stdout
+    assert store.get(fresh) == b"stored just now"
+    bad = await taskfleet(server_address, *args, "--older-than-days", "-1", cwd=tmp_path)
+    assert bad.returncode == 2 and "--older-than-days must be 0 or more" in bad.stderr
