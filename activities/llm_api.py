@@ -177,8 +177,13 @@ class LLMApiActivities:
     async def _batch_requests(self, params: CreateBatchInput) -> tuple[list[dict], dict[str, str]]:
         """The batch's requests, params read from the store (all at once, off the event loop)."""
         refs = [entry.params for entry in params.entries]
+
+        def read() -> list:  # in a thread: a batch's params can be 200 MB of JSON
+            return [d if isinstance(d, PayloadStoreError) else json.loads(d)
+                    for d in self.store.get_many(refs)]
+
         try:
-            found = await asyncio.to_thread(self.store.get_many, refs)
+            found = await asyncio.to_thread(read)
         except PayloadStoreError as err:  # the store itself is down: retried with backoff
             raise err.application_error() from None
         requests, left_out = list(params.requests), {}
@@ -188,7 +193,7 @@ class LLMApiActivities:
                                         data)
                 left_out[entry.custom_id] = str(data)
             else:
-                requests.append({"custom_id": entry.custom_id, "params": json.loads(data)})
+                requests.append({"custom_id": entry.custom_id, "params": data})
         return requests, left_out
 
     async def _find_earlier_batch(self, client: anthropic.AsyncAnthropic, params: CreateBatchInput,

@@ -132,8 +132,9 @@ class LocalStore(PayloadStore):
         path = self._path(key)
         try:
             if path.is_file() and path.stat().st_size == len(data):
-                os.utime(path)
-                return
+                if hashlib.sha256(path.read_bytes()).hexdigest() == key:
+                    os.utime(path)  # the same bytes: young again; a damaged copy is rewritten
+                    return
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f".{key}.{os.getpid()}.{time.monotonic_ns()}")
             try:
