@@ -15,27 +15,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.activities.model_io.payload_store import (
-    PayloadStore,
-    PayloadStoreError,
-    payload_store,
-)
+from taskfleet.activities.model_io.payload_store import (PayloadStore, PayloadStoreError,
+                                                         payload_store)
 from taskfleet.cli.common import client_for, examples
 from taskfleet.clients.connection import StartupError
 from taskfleet.core.llm_ids import judge_workflow_id, llm_custom_id, llm_task_workflow_id
 from taskfleet.core.models.payload import ref_of
-from taskfleet.core.names import (
-    ACTIVITY_JUDGE_PREPARE,
-    ACTIVITY_LLM_CALL_DIRECT,
-    ACTIVITY_LLM_PREPARE,
-    ACTIVITY_LLM_SUBMIT,
-    ACTIVITY_PLAN_PREPARE,
-    JUDGE_WORKFLOW,
-    LLM_TASK_WORKFLOW,
-    ORCHESTRATOR_WORKFLOW,
-    PLANNER_WORKFLOW,
-    SIGNAL_LLM_REPLY,
-)
+from taskfleet.core.names import (ACTIVITY_JUDGE_PREPARE, ACTIVITY_LLM_CALL_DIRECT,
+                                  ACTIVITY_LLM_PREPARE, ACTIVITY_LLM_SUBMIT, ACTIVITY_PLAN_PREPARE,
+                                  JUDGE_WORKFLOW, LLM_TASK_WORKFLOW, ORCHESTRATOR_WORKFLOW,
+                                  PLANNER_WORKFLOW, SIGNAL_LLM_REPLY)
 from taskfleet.core.settings import TaskfleetSettings
 
 PREPARES = {ACTIVITY_LLM_PREPARE, ACTIVITY_JUDGE_PREPARE, ACTIVITY_PLAN_PREPARE}
@@ -47,9 +36,8 @@ MAX_ROUNDS = 20
 def _store(args: argparse.Namespace) -> PayloadStore:
     settings = TaskfleetSettings()
     try:
-        return payload_store(
-            args.store if args.store is not None else settings.payload_store, settings.payloads_dir
-        )
+        url = args.store if args.store is not None else settings.payload_store
+        return payload_store(url, settings.payloads_dir)
     except ValueError as err:
         raise StartupError(str(err)) from None
 
@@ -113,18 +101,15 @@ class Calls:
             inline = {"params": request.get("params")} if request.get("params") else None
             self.request(str(request.get("custom_id", "")), value.get("model_request") or inline)
         elif activity == ACTIVITY_LLM_CALL_DIRECT:
-            self.request(
-                str(value.get("custom_id", "")),
-                value.get("request") or {"params": value.get("params")},
-            )
+            request = value.get("request") or {"params": value.get("params")}
+            self.request(str(value.get("custom_id", "")), request)
 
     def _done(self, activity: str, value: Any, first_run: str) -> None:
         """A prepare step's request (if the step sent it itself) and a direct call's reply."""
         if activity in PREPARES and isinstance(value, dict) and value.get("submitted"):
             custom_id = llm_custom_id(first_run, self.name, 1)
-            self.request(
-                custom_id, {"prepared": value.get("request"), "params": value.get("params") or {}}
-            )
+            prepared = {"prepared": value.get("request"), "params": value.get("params") or {}}
+            self.request(custom_id, prepared)
         elif activity == ACTIVITY_LLM_CALL_DIRECT and isinstance(value, dict):
             self.replies.setdefault(str(value.get("custom_id", "")), value)
 
@@ -133,9 +118,8 @@ def _request_name(workflow_type: str, start: Any) -> str:
     """The name a workflow's custom ids start from: the task id, `<task id>-judge`, or `plan`."""
     start = start if isinstance(start, dict) else {}
     task_input = start.get("task_input") if isinstance(start.get("task_input"), dict) else {}
-    task_id = str(
-        (task_input.get("task") or {}).get("id") or (start.get("about") or {}).get("id") or ""
-    )
+    about = (task_input.get("task") or {}).get("id") or (start.get("about") or {}).get("id")
+    task_id = str(about or "")
     if workflow_type == LLM_TASK_WORKFLOW:
         return task_id
     return f"{task_id}-judge" if workflow_type == JUDGE_WORKFLOW and task_id else ""
@@ -170,9 +154,8 @@ def _text(content: Any) -> str:
         if kind == "text":
             out.append(block.get("text", ""))
         elif kind == "tool_use":
-            out.append(
-                f"[tool_use {block.get('name')}]\n{json.dumps(block.get('input'), indent=2)}"
-            )
+            tool_input = json.dumps(block.get("input"), indent=2)
+            out.append(f"[tool_use {block.get('name')}]\n{tool_input}")
         elif kind == "tool_result":
             error = " (error)" if block.get("is_error") else ""
             out.append(f"[tool_result{error}]\n{_text(block.get('content'))}")
@@ -180,23 +163,19 @@ def _text(content: Any) -> str:
 
 
 def _print_call(custom_id: str, params: dict, reply: dict | None, message: dict | None) -> None:
-    print(
-        f"--- request {custom_id}: model {params.get('model', '?')}, "
-        f"{len(params.get('messages') or [])} message(s)"
-    )
+    turns = params.get("messages") or []
+    print(f"--- request {custom_id}: model {params.get('model', '?')}, {len(turns)} message(s)")
     system = params.get("system")
     if system:
         print(f"[system]\n{_text(system)}")
-    for turn in params.get("messages") or []:
+    for turn in turns:
         print(f"[{turn.get('role', '?')}]\n{_text(turn.get('content'))}")
     if reply is None:
         print("--- no reply yet")
         return
     where = f" in batch {reply.get('batch_id')}" if reply.get("batch_id") else ""
-    print(
-        f"--- reply: {reply.get('type')}{where}"
-        + (f": {reply.get('error')}" if reply.get("error") else "")
-    )
+    error = f": {reply.get('error')}" if reply.get("error") else ""
+    print(f"--- reply: {reply.get('type')}{where}{error}")
     if message:
         print(f"[assistant]\n{_text(message.get('content'))}")
 
@@ -219,10 +198,7 @@ async def show(args: argparse.Namespace) -> int:
         targets = [llm_task_workflow_id(args.run, args.task)]
         targets += [judge_workflow_id(args.run, args.task, n) for n in range(1, MAX_ROUNDS)]
     else:
-        print(
-            "taskfleet: give TASK and --run RUN (the run's workflow id), or --workflow ID",
-            file=sys.stderr,
-        )
+        print("taskfleet: give TASK and --run RUN, or --workflow ID", file=sys.stderr)
         return 2
     found, out, unreadable = 0, [], 0
     for workflow_id in targets:
@@ -238,32 +214,22 @@ async def show(args: argparse.Namespace) -> int:
             reply = calls.replies.get(custom_id)
             try:
                 params = await _params(store, calls.requests[custom_id])
-                message = (
-                    (await _json(store, reply.get("message_ref")) or reply.get("message"))
-                    if reply
-                    else None
-                )
+                message = None
+                if reply:
+                    message = await _json(store, reply.get("message_ref")) or reply.get("message")
             except PayloadStoreError as err:
                 unreadable += 1
                 print(f"taskfleet: {custom_id}: {err}", file=sys.stderr)
                 continue
             if args.json:
-                out.append(
-                    {
-                        "workflow_id": workflow_id,
-                        "custom_id": custom_id,
-                        "request": params,
-                        "reply": {**(reply or {}), "message": message},
-                    }
-                )
+                out.append({"workflow_id": workflow_id, "custom_id": custom_id, "request": params,
+                            "reply": {**(reply or {}), "message": message}})
             else:
                 _print_call(custom_id, params, reply, message)
     if not found:
         what = args.workflow or f"task {args.task} of run {args.run}"
-        print(
-            f"taskfleet: no Claude calls found for {what} (no such workflow in this namespace)",
-            file=sys.stderr,
-        )
+        print(f"taskfleet: no Claude calls found for {what} (no such workflow in this namespace)",
+              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(out, indent=2))
@@ -281,9 +247,8 @@ async def prune(args: argparse.Namespace) -> int:
     client = await client_for(args)
     types = ", ".join(f"'{t}'" for t in USERS)
     oldest = None
-    async for run in client.list_workflows(
-        f"ExecutionStatus = 'Running' AND WorkflowType IN ({types})"
-    ):
+    query = f"ExecutionStatus = 'Running' AND WorkflowType IN ({types})"
+    async for run in client.list_workflows(query):
         if oldest is None or run.start_time < oldest.start_time:
             oldest = run
     if oldest is not None and oldest.start_time.timestamp() < cutoff:
@@ -295,10 +260,8 @@ async def prune(args: argparse.Namespace) -> int:
         print(f"taskfleet: {err}", file=sys.stderr)
         return 2
     verb = "would remove" if args.dry_run else "removed"
-    print(
-        f"{verb} {gone} payload(s), {gone_bytes / 1e6:.1f} MB, stored before {_when(cutoff)}; "
-        f"kept {kept}, {kept_bytes / 1e6:.1f} MB, in {store.url}"
-    )
+    print(f"{verb} {gone} payload(s), {gone_bytes / 1e6:.1f} MB, stored before {_when(cutoff)}; "
+          f"kept {kept}, {kept_bytes / 1e6:.1f} MB, in {store.url}")
     return 0
 
 
@@ -307,41 +270,23 @@ def _when(epoch: float) -> str:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    s = sub.add_parser(
-        "show",
-        help="a Claude task's prompts and replies, read from the payload store",
-        **examples(
-            "taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d",
-            "taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d --json",
-            "taskfleet show --workflow taskfleet-plan-5e6f7a8b",
-        ),
-    )
+    store_help = "the payload store (default: TASKFLEET_PAYLOAD_STORE, else the state dir's)"
+    s = sub.add_parser("show", help="a Claude task's prompts and replies, from the payload store",
+                       **examples("taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d",
+                                  "taskfleet show L1 --run taskfleet-run-llm-1a2b3c4d --json",
+                                  "taskfleet show --workflow taskfleet-plan-5e6f7a8b"))
     s.add_argument("task", nargs="?", help="the task id on the board")
     s.add_argument("--run", help="the run's workflow id (taskfleet run prints it)")
-    s.add_argument(
-        "--workflow", help="instead: any workflow that called Claude (a planner, a judge)"
-    )
-    s.add_argument(
-        "--store", help="the payload store (default: TASKFLEET_PAYLOAD_STORE, else the state dir's)"
-    )
+    s.add_argument("--workflow", help="instead: any workflow that called Claude (a planner, judge)")
+    s.add_argument("--store", help=store_help)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=show)
-    group = sub.add_parser(
-        "payloads", help="the payload store: prompts, replies, edits"
-    ).add_subparsers(dest="payloads_command", required=True)
-    p = group.add_parser(
-        "prune",
-        help="remove payloads older than a number of days (never an open run's)",
-        **examples(
-            "taskfleet payloads prune --older-than-days 30 --dry-run",
-            "taskfleet payloads prune --older-than-days 30 --store s3://bucket/taskfleet",
-        ),
-    )
+    group = sub.add_parser("payloads", help="the payload store: prompts, replies, edits")
+    commands = group.add_subparsers(dest="payloads_command", required=True)
+    p = commands.add_parser("prune", help="remove payloads older than N days (never an open run's)",
+                            **examples("taskfleet payloads prune --older-than-days 30 --dry-run",
+                                       "taskfleet payloads prune --older-than-days 30 --store s3://b/t"))
     p.add_argument("--older-than-days", type=float, required=True)
-    p.add_argument(
-        "--dry-run", action="store_true", help="say what would go and what stays; remove nothing"
-    )
-    p.add_argument(
-        "--store", help="the payload store (default: TASKFLEET_PAYLOAD_STORE, else the state dir's)"
-    )
+    p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    p.add_argument("--store", help=store_help)
     p.set_defaults(func=prune)
