@@ -97,7 +97,6 @@ class StandIn:
 
     def __post_init__(self) -> None:
         self.calls: Counter[str] = Counter()
-        self.cpu_seconds = 0.0  # CPU its handlers spent: a benchmark takes it out of the worker's
         self.requests: list[dict] = []  # every request served: {"task", "tool", "custom_id", "via", "params"}
         self._batches: dict[str, _Batch] = {}
         self._order: list[str] = []
@@ -408,16 +407,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(err.status, {"type": "error", "error": {"type": err.kind, "message": err.message}})
 
     def do_GET(self) -> None:  # noqa: N802
-        self._timed("GET")
+        self._route("GET")
 
     def do_POST(self) -> None:  # noqa: N802
-        self._timed("POST")
-
-    def _timed(self, method: str) -> None:
-        started = time.thread_time()
-        try:
-            self._route(method)
-        finally:
-            with self.owner._lock:
-                self.owner.cpu_seconds += time.thread_time() - started
+        self._route("POST")
 
