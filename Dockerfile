@@ -7,7 +7,7 @@ COPY taskfleet ./taskfleet
 COPY workflows ./workflows
 COPY activities ./activities
 COPY examples ./examples
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[s3]'  # s3: a payload store that every pod sees
 # Connection comes from TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE / TEMPORAL_API_KEY / TEMPORAL_TLS_* at run time.
 STOPSIGNAL SIGTERM
 CMD ["taskfleet-worker"]

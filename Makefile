@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/result_cache.py
 	$(PY) benchmarks/cancel.py
 	$(PY) benchmarks/llm_batching.py
+	$(PY) benchmarks/fleet.py
 	$(PY) benchmarks/judge.py
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/lock.py
@@ -63,6 +64,7 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) benchmarks/cancel.py --quick
 	$(PY) benchmarks/dispatch.py --quick
+	$(PY) benchmarks/fleet.py --quick
 	$(PY) benchmarks/git_batching.py --quick
 	$(PY) benchmarks/git_paths.py --quick
 	$(PY) benchmarks/judge.py --quick

@@ -1,5 +1,6 @@
-"""The judge's activities: the request a Claude judge answers, a judge command run in the task's
-worktree with the diff on stdin, and what a verdict leaves behind (result cache, lessons).
+"""The judge's activities: the request a Claude judge answers (kept in the payload store), its
+stored answer checked against `submit_review`, a judge command run in the task's worktree with the
+diff on stdin, and what a verdict leaves behind (result cache, lessons).
 
 Both kinds of judge see the same things: the task's diff against its base, its scope and
 acceptance, the end of its verify output and the lessons of earlier reviews (`activity_type`
@@ -22,7 +23,10 @@ from taskfleet.activities.services.template_cache import TemplateCache, Template
 from taskfleet.activities.processes.executor import run_command
 from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
 from taskfleet.activities.git.worktrees import BranchCheckedOut
-from taskfleet.activities.task_runner import needs_a_person, task_file_stem
+from taskfleet.activities.model_io.payload_store import PayloadStore
+from taskfleet.activities.llm_api import submit_request
+from taskfleet.activities.model_io.stored_calls import stored_edits, stored_task, tool_input
+from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -30,14 +34,19 @@ from taskfleet.core.ids import slug
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.judge import (
     JUDGE_BY_COMMAND,
+    JudgeAnswer,
     JudgeOutcome,
     JudgeRecord,
     JudgeRequest,
+    JudgeVerdict,
     PreparedJudge,
 )
 from taskfleet.core.models.lessons import Lesson, LessonQuery
+from taskfleet.core.models.llm import SubmitInput
 from taskfleet.core.models.orchestrator import TaskInput
+from taskfleet.core.models.payload import compact
 from taskfleet.core.models.review import (
+    STAGE_JUDGING,
     VERDICT_APPROVE,
     VERDICT_REJECT,
     VERDICT_REVISE,
@@ -45,8 +54,20 @@ from taskfleet.core.models.review import (
     Review,
     ReviewComment,
 )
-from taskfleet.core.names import ACTIVITY_JUDGE_COMMAND, ACTIVITY_JUDGE_PREPARE, ACTIVITY_JUDGE_RECORD
-from taskfleet.core.review_schema import MAX_COMMENTS, MAX_REASONS, TEXT_MAX_CHARS, review_text
+from taskfleet.core.names import (
+    ACTIVITY_JUDGE_COMMAND,
+    ACTIVITY_JUDGE_PREPARE,
+    ACTIVITY_JUDGE_RECORD,
+    ACTIVITY_JUDGE_VERDICT,
+)
+from taskfleet.core.review_schema import (
+    MAX_COMMENTS,
+    MAX_REASONS,
+    TEXT_MAX_CHARS,
+    ReviewInvalid,
+    parse_review,
+    review_text,
+)
 
 TOOL_NAME = "submit_review"
 JUDGE_LESSONS = 10
@@ -145,19 +166,20 @@ def review_of(data: Any) -> Review:
 
 class JudgeActivities:
     def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache,
-                 results: ResultCache, tasks: Any) -> None:
+                 results: ResultCache, tasks: Any, store: PayloadStore) -> None:
         self.settings = settings
         self.llm = llm
+        self.store = store
         self.lessons = lessons
         self.templates = templates
         self.results = results
         self.tasks = tasks  # TaskActivities: its worktree pool, executor records and stragglers
 
     def activities(self) -> list[Any]:
-        return [self.prepare, self.run_command, self.record]
+        return [self.prepare, self.run_command, self.record, self.verdict]
 
-    async def _seen(self, request: JudgeRequest, diff_cap: int) -> _Seen:
-        params, task = request.task_input, request.task_input.task
+    async def _seen(self, request: JudgeRequest, diff_cap: int, params: TaskInput) -> _Seen:
+        task = params.task
         base, tree, diff, stat = await asyncio.to_thread(self._read, params, request.commit)
         shown = diff if len(diff) <= diff_cap else diff[: diff.rfind("\n", 0, diff_cap) + 1 or diff_cap]
         output = verify_output(request.verify_tail)
@@ -200,11 +222,17 @@ class JudgeActivities:
     # --- a Claude judge ---------------------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_JUDGE_PREPARE)
-    async def prepare(self, request: JudgeRequest) -> PreparedJudge:
+    async def prepare(self, request: JudgeRequest, submit: SubmitInput | None = None) -> Any:
         """The judge's request (rules as a cached system prefix, the rendered template as the user
-        turn, `submit_review` forced), its cache key, and the verdict cached for it if any."""
-        task = request.task_input.task
-        seen = await self._seen(request, self.llm.judge_diff_max_bytes)
+        turn, `submit_review` forced) in the payload store, its cache key, and the verdict cached
+        for it if any. With `submit`, the request goes to the batcher now (unless the cache
+        answered)."""
+        params = request.task_input
+        if params is None:  # stored by the task's own steps
+            assert request.task is not None
+            params = await stored_task(self.store, request.task)
+        task = params.task
+        seen = await self._seen(request, self.llm.judge_diff_max_bytes, params)
         request_params = {
             "model": task.judge_model or task.model or self.llm.default_model,
             "max_tokens": task.judge_max_tokens,
@@ -215,11 +243,19 @@ class JudgeActivities:
         }
         keyed = {**request_params, "messages": [{"role": "user", "content": [{"type": "text", "text": seen.key_prompt}]}]}
         key = cache_key(kind="judge", params=keyed, tree=seen.tree)
-        prepared = PreparedJudge(params=request_params, cache_key=key, diff_bytes=len(seen.diff))
+        stored = await self.store.put_json(request_params)
+        prepared = PreparedJudge(request=stored, model=request_params["model"], cache_key=key,
+                                 diff_bytes=len(seen.diff))
         cached = None if task.refresh else self.results.get(f"judge:{key}")
         if cached is not None:
             prepared.cached = review_of(cached)
-        return prepared
+        elif submit is not None:
+            submit.request.params_ref = prepared.request
+            await submit_request(self.llm, submit)
+            prepared.submitted = True
+        if request.report_stage:
+            await report_stage(params, STAGE_JUDGING)
+        return compact(prepared)
 
     @activity.defn(name=ACTIVITY_JUDGE_RECORD)
     async def record(self, record: JudgeRecord) -> None:
@@ -227,6 +263,30 @@ class JudgeActivities:
         if record.cache_key:
             self.results.put(f"judge:{record.cache_key}", asdict(record.review))
         await self._lesson(record.task_input, record.review, record.commit, "anthropic")
+
+    @activity.defn(name=ACTIVITY_JUDGE_VERDICT)
+    async def verdict(self, answer: JudgeAnswer) -> JudgeVerdict:
+        """The stored answer checked against `submit_review`'s schema; a review that fits is kept as
+        `record` keeps one, and an approved change's edits go into the result cache."""
+        called = tool_input(await self.store.get_json(answer.reply), TOOL_NAME)
+        if called is None:
+            return JudgeVerdict(problem="the answer did not call submit_review")
+        try:
+            review = parse_review(called)
+        except ReviewInvalid as err:
+            return JudgeVerdict(problem=str(err))
+        if answer.cache_key:
+            self.results.put(f"judge:{answer.cache_key}", asdict(review))
+        if review.verdict == VERDICT_APPROVE and answer.edits and answer.edits_cache_key:
+            edits, summary = await stored_edits(self.store, answer.edits)
+            self.results.put(f"llm:{answer.edits_cache_key}", {"edits": edits, "summary": summary})
+        if review.verdict != VERDICT_APPROVE:
+            params = answer.task_input
+            if params is None and answer.task is not None:
+                params = await stored_task(self.store, answer.task)
+            if params is not None:
+                await self._lesson(params, review, answer.commit, "anthropic")
+        return compact(JudgeVerdict(review=review))
 
     async def _lesson(self, params: TaskInput, review: Review, commit: str, judge: str) -> None:
         if review.verdict == VERDICT_APPROVE:
@@ -247,9 +307,11 @@ class JudgeActivities:
     async def run_command(self, request: JudgeRequest) -> JudgeOutcome:
         """`judge_run` in a worktree of the task's commit, through the executor (its own process
         group, the task's timeout, reaped if the worker dies), the whole diff on stdin."""
-        params, task = request.task_input, request.task_input.task
+        params = request.task_input
+        assert params is not None, "a judge command's request carries its task inline"
+        task = params.task
         outcome = JudgeOutcome(source=JUDGE_BY_COMMAND, tally=JudgeTally())
-        seen = await self._seen(request, max(self.llm.judge_diff_max_bytes, 1))
+        seen = await self._seen(request, max(self.llm.judge_diff_max_bytes, 1), params)
         key = cache_key(kind="judge-command", command=task.judge_run, diff=seen.diff, prompt=seen.key_prompt,
                         tree=seen.tree)
         cached = None if task.refresh else self.results.get(f"judge:{key}")

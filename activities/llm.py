@@ -1,6 +1,7 @@
 """The task side of the Claude implementer's activities: a task's request prepared (prompt, context
-files, cache key), the model's edits applied in a worktree, verified, committed and landed, and a
-failed attempt kept as a lesson. Sending the request is `llm_api.py`'s.
+files, cache key) and stored, the model's edits read from its stored reply and applied in a
+worktree, verified, committed and landed, and a failed attempt kept as a lesson. Sending the
+request is `llm_api.py`'s.
 
 Each is short: no activity waits for the model (the workflows do, on timers and signals).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +24,34 @@ from taskfleet.activities.processes.executor import run_command, tail
 from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, TOKEN_VARIABLE, task_key
 from taskfleet.activities.git.git_op_application import OpFailed, commit_env
 from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
+from taskfleet.activities.model_io.payload_store import PayloadStore
+from taskfleet.activities.model_io.stored_calls import (
+    EDITS_TOOL,
+    store_task,
+    stored_edits,
+    stored_task,
+)
+from taskfleet.activities.llm_api import submit_request
 from taskfleet.activities.git.queue_entry import base_commit_of
 from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
 from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
 from taskfleet.activities.processes.executor_policy import task_env_problem
 from taskfleet.activities.task_landing import submit_landing
-from taskfleet.activities.task_runner import needs_a_person, task_file_stem
+from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.ids import slug
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.lessons import Lesson
-from taskfleet.core.models.llm import ApplyInput, FailureInput, PreparedRequest
+from taskfleet.core.models.llm import ApplyInput, FailureInput, PreparedRequest, SubmitInput
 from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
+from taskfleet.core.models.payload import compact
+from taskfleet.core.models.review import STAGE_VERIFYING
 from taskfleet.core.names import ACTIVITY_LLM_APPLY, ACTIVITY_LLM_PREPARE, ACTIVITY_LLM_RECORD_FAILURE
 
-TOOL_NAME = "apply_edits"
+TOOL_NAME = EDITS_TOOL
 APPLY_EDITS_TOOL = {
     "name": TOOL_NAME,
     "description": (
@@ -81,9 +93,10 @@ SHARED_RULES = (
 
 class LLMActivities:
     def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache,
-                 results: ResultCache, tasks: Any) -> None:
+                 results: ResultCache, tasks: Any, store: PayloadStore) -> None:
         self.settings = settings
         self.llm = llm
+        self.store = store
         self.lessons = lessons
         self.templates = templates
         self.results = results
@@ -95,9 +108,11 @@ class LLMActivities:
     # --- prepare ---------------------------------------------------------------------------------
 
     @activity.defn(name=ACTIVITY_LLM_PREPARE)
-    async def prepare(self, params: TaskInput) -> PreparedRequest:
+    async def prepare(self, params: TaskInput, submit: SubmitInput | None = None) -> Any:
         """The request (template + lessons as a cached system prefix, task + context files as the user
-        turn, one forced tool), its cache key, and the cached edits if the key was seen before."""
+        turn, one forced tool) in the payload store, its cache key, and the edits kept for that key
+        (stored too) if it was seen before; the task's input is stored for the later steps. With
+        `submit`, the request goes to the batcher now (unless the cache answered): one step."""
         task = params.task
         base_commit, tree, files = await asyncio.to_thread(self._read_base, params)
         system = await render_task_prompt(self.templates, self.lessons, params)
@@ -126,12 +141,20 @@ class LLMActivities:
             "tool_choice": {"type": "tool", "name": TOOL_NAME},
         }
         key = cache_key(kind="llm-edits", params=request, base_tree=tree)
-        prepared = PreparedRequest(params=request, cache_key=key, base_commit=base_commit,
+        stored = await self.store.put_json(request)
+        prepared = PreparedRequest(request=stored, model=request["model"], cache_key=key,
+                                   base_commit=base_commit,
                                    prompt_hash=cache_key(prompt=system)[:16])
         cached = None if task.refresh else self.results.get(f"llm:{key}")
         if cached is not None and isinstance(cached.get("edits"), list):
-            prepared.cached_edits, prepared.cached_summary = cached["edits"], str(cached.get("summary", ""))
-        return prepared
+            prepared.cached = await self.store.put_json(
+                {"edits": cached["edits"], "summary": str(cached.get("summary", ""))})
+        prepared.task = await store_task(self.store, params)
+        if submit is not None and prepared.cached is None:
+            submit.request.params_ref = prepared.request
+            await submit_request(self.llm, submit)
+            prepared.submitted = True
+        return compact(prepared)
 
     def _read_base(self, params: TaskInput) -> tuple[str, str, list[tuple[str, str]]]:
         """Base commit, its tree, and the `context` files read from it (bounded in total size)."""
@@ -152,8 +175,17 @@ class LLMActivities:
 
     @activity.defn(name=ACTIVITY_LLM_APPLY)
     async def apply(self, params: ApplyInput) -> TaskResult:
-        """The model's edits in a fresh worktree, then verify, commit and land as command tasks do."""
+        """The model's edits in a fresh worktree, then verify, commit and land as command tasks do
+        (the result compact: the workflow's `TaskResult` fills in its defaults)."""
+        return compact(await self._apply(params))
+
+    async def _apply(self, params: ApplyInput) -> TaskResult:
         task_input = params.task_input
+        if task_input is None:  # stored: read once here
+            assert params.task is not None
+            stored = await stored_task(self.store, params.task)
+            task_input = replace(stored, hold_landing=params.hold_landing,
+                                 report_stages=params.report_stages)
         task = task_input.task
         started = time.monotonic()
         log_path = self.settings.logs_dir / slug(task_input.run_key, 120) / f"{task_file_stem(task.id)}.log"
@@ -166,6 +198,10 @@ class LLMActivities:
             raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup", non_retryable=True)
         if activity.info().attempt > 1:
             await self.tasks.end_earlier_attempts(task_input.run_key, task.id)
+        if params.answer is not None:
+            params.edits, params.summary = await stored_edits(self.store, params.answer)
+        if task_input.report_stages:
+            await report_stage(task_input, STAGE_VERIFYING)
         try:
             base_commit = base_commit_of(task_input)
             resumed = await self.tasks.worktrees.resumable(

@@ -2,14 +2,17 @@
 through the queue's `LLMBatchWorkflow` as Message Batches), batches created and polled, results
 delivered to the tasks that wait for them.
 
-Each is short: no activity waits for a batch (the workflows do, on timers and signals). The API key
-and endpoint come from the worker's environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, read by
+Each is short: no activity waits for a batch (the workflows do, on timers and signals). Requests
+and replies travel through the payload store: these activities read a request's params from it just
+before the API call and store each reply, so workflows hold references only. The API key and
+endpoint come from the worker's environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, read by
 the SDK); nothing secret enters a payload, a log line or an error message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,7 +20,10 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.activities.model_io.payload_store import PayloadStore, PayloadStoreError
+from taskfleet.activities.model_io.stored_calls import request_params, stored_params, stored_reply
 from taskfleet.core.llm_settings import LLMSettings
+from taskfleet.core.models.payload import compact
 from taskfleet.core.models.llm import (
     REPLY_ERRORED,
     REPLY_FAILED,
@@ -49,6 +55,7 @@ if TYPE_CHECKING:
 # A batch this much older than its flush cannot be the flush's (clocks of worker and API may differ).
 CLOCK_SKEW = timedelta(minutes=10)
 RETRYABLE_STATUS = {408, 409, 429}
+DELIVERIES = 16  # results signalled to their tasks at once
 
 
 def sdk() -> Any:
@@ -87,8 +94,9 @@ def usage_of(message: dict) -> LLMUsage:
 
 
 class LLMApiActivities:
-    def __init__(self, llm: LLMSettings) -> None:
+    def __init__(self, llm: LLMSettings, store: PayloadStore) -> None:
         self.llm = llm
+        self.store = store
         self._client: anthropic.AsyncAnthropic | None = None
         self._client_env: tuple[str, str] | None = None
 
@@ -114,18 +122,21 @@ class LLMApiActivities:
 
     @activity.defn(name=ACTIVITY_LLM_SUBMIT)
     async def submit(self, params: SubmitInput) -> None:
-        """Signal-with-start the queue's LLMBatchWorkflow with one request (its config from this worker)."""
-        await activity.client().start_workflow(
-            LLM_BATCH_WORKFLOW, self.llm.batch_config(), id=params.batch_workflow_id, task_queue=params.task_queue,
-            start_signal=SIGNAL_LLM_SUBMIT, start_signal_args=[params.request],
-            static_summary="Claude requests of this task queue, sent as Message Batches",
-        )
+        """Signal-with-start the queue's LLMBatchWorkflow with one request (its config from this
+        worker); the request's params go by reference (stored first, if they came inline)."""
+        request = params.request
+        if params.model_request is not None:
+            request.params_ref = await stored_params(self.store, params.model_request)
+        elif request.params_ref is None:
+            request.params_ref = await self.store.put_json(request.params)
+        await submit_request(self.llm, params)
 
     @activity.defn(name=ACTIVITY_LLM_CALL_DIRECT)
     async def call_direct(self, params: DirectCallInput) -> LLMReply:
         """One `messages.create` (llm_batch = false). A request the API refuses is an `errored` reply."""
+        body = await request_params(self.store, params.request) if params.request else params.params
         try:
-            message = await self.client().messages.create(**params.params)
+            message = await self.client().messages.create(**body)
         except sdk().APIStatusError as err:
             if err.status_code in RETRYABLE_STATUS or err.status_code >= 500:
                 _raise_api(err, "messages.create")
@@ -133,27 +144,60 @@ class LLMApiActivities:
         except sdk().APIError as err:
             _raise_api(err, "messages.create")
         data = message.to_dict()
-        return LLMReply(custom_id=params.custom_id, type=REPLY_SUCCEEDED, message=data, usage=usage_of(data))
+        reply = LLMReply(custom_id=params.custom_id, type=REPLY_SUCCEEDED, message=data,
+                         usage=usage_of(data))
+        return compact(await stored_reply(self.store, reply))
 
     @activity.defn(name=ACTIVITY_LLM_CREATE_BATCH)
     async def create_batch(self, params: CreateBatchInput) -> CreateBatchOutput:
-        """ONE `messages.batches.create` per flush. `create` has no idempotency key, so a retry first
-        looks for the batch an earlier attempt made (a crash may have lost its answer)."""
+        """ONE `messages.batches.create` per flush, its params read from the payload store (a
+        request whose params cannot be read is left out, with the reason). `create` has no
+        idempotency key, so a retry first looks for the batch an earlier attempt made (a crash may
+        have lost its answer)."""
+        requests, left_out = await self._batch_requests(params)
+        out = CreateBatchOutput(batch_id="", left_out=left_out)
+        if not requests:
+            return out
         client = self.client()
         if activity.info().attempt > 1:
-            found = await self._find_earlier_batch(client, params)
+            found = await self._find_earlier_batch(client, params, len(requests))
             if found:
                 activity.logger.warning("%s: found batch %s made by an earlier attempt", params.flush_id, found)
-                return CreateBatchOutput(batch_id=found, recovered=True)
+                out.batch_id, out.recovered = found, True
+                return out
         try:
             # No SDK retry here: a timed-out create may have succeeded; the next attempt looks first.
             once = client.with_options(max_retries=0, timeout=max(self.llm.api_timeout_seconds - 5, 5))
-            batch = await once.messages.batches.create(requests=params.requests)
+            batch = await once.messages.batches.create(requests=requests)
         except sdk().APIError as err:
             _raise_api(err, "messages.batches.create")
-        return CreateBatchOutput(batch_id=batch.id)
+        out.batch_id = batch.id
+        return out
 
-    async def _find_earlier_batch(self, client: anthropic.AsyncAnthropic, params: CreateBatchInput) -> str:
+    async def _batch_requests(self, params: CreateBatchInput) -> tuple[list[dict], dict[str, str]]:
+        """The batch's requests, params read from the store (all at once, off the event loop)."""
+        refs = [entry.params for entry in params.entries]
+
+        def read() -> list:  # in a thread: a batch's params can be 200 MB of JSON
+            return [d if isinstance(d, PayloadStoreError) else json.loads(d)
+                    for d in self.store.get_many(refs)]
+
+        try:
+            found = await asyncio.to_thread(read)
+        except PayloadStoreError as err:  # the store itself is down: retried with backoff
+            raise err.application_error() from None
+        requests, left_out = list(params.requests), {}
+        for entry, data in zip(params.entries, found):
+            if isinstance(data, PayloadStoreError):
+                activity.logger.warning("%s: %s left out: %s", params.flush_id, entry.custom_id,
+                                        data)
+                left_out[entry.custom_id] = str(data)
+            else:
+                requests.append({"custom_id": entry.custom_id, "params": data})
+        return requests, left_out
+
+    async def _find_earlier_batch(self, client: anthropic.AsyncAnthropic, params: CreateBatchInput,
+                                  count: int) -> str:
         """The marker: a batch created since the flush was cut, with exactly its number of requests,
         that this batcher has not recorded. Results are matched by custom_id afterwards, so a wrong
         pick shows up as missing results (failed attempts), never as another task's edits."""
@@ -168,7 +212,7 @@ class LLMApiActivities:
             counts = batch.request_counts
             total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
             created = batch.created_at if batch.created_at.tzinfo else batch.created_at.replace(tzinfo=since.tzinfo)
-            if batch.id not in known and total == len(params.requests) and created >= since:
+            if batch.id not in known and total == count and created >= since:
                 candidates.append((created, batch.id))
         return min(candidates)[1] if candidates else ""
 
@@ -191,6 +235,16 @@ class LLMApiActivities:
         out = DeliverResultsOutput()
         seen: set[str] = set()
         temporal = activity.client()
+        gate = asyncio.Semaphore(DELIVERIES)
+        sends: list[asyncio.Task] = []
+
+        async def deliver(workflow_id: str, reply: LLMReply) -> None:
+            async with gate:
+                await self._reply(temporal, workflow_id, reply)
+
+        def send(workflow_id: str, reply: LLMReply) -> None:
+            sends.append(asyncio.create_task(deliver(workflow_id, reply)))
+
         try:
             lines = await self.client().messages.batches.results(params.batch_id)
             async for line in lines:
@@ -201,25 +255,43 @@ class LLMApiActivities:
                                             custom_id[:80])
                     out.unknown.append(custom_id[:80])
                     continue
-                await self._reply(temporal, routes[custom_id], _reply_of(data, params.batch_id))
+                send(routes[custom_id], _reply_of(data, params.batch_id))
                 seen.add(custom_id)
                 out.delivered += 1
                 activity.heartbeat(out.delivered)
+            for custom_id in params.custom_ids:
+                if custom_id not in seen:
+                    out.missing.append(custom_id)
+                    send(routes[custom_id], LLMReply(
+                        custom_id=custom_id, type=REPLY_FAILED, batch_id=params.batch_id,
+                        error=f"batch {params.batch_id} has no result for this request"))
+            await asyncio.gather(*sends)  # a store failure fails the step: it is retried whole
         except sdk().APIError as err:
             _raise_api(err, f"messages.batches.results {params.batch_id}")
-        for custom_id in params.custom_ids:
-            if custom_id not in seen:
-                out.missing.append(custom_id)
-                await self._reply(temporal, routes[custom_id], LLMReply(
-                    custom_id=custom_id, type=REPLY_FAILED, batch_id=params.batch_id,
-                    error=f"batch {params.batch_id} has no result for this request"))
+        finally:
+            for task in sends:
+                task.cancel()
+            await asyncio.gather(*sends, return_exceptions=True)
         return out
 
     async def _reply(self, temporal: Any, workflow_id: str, reply: LLMReply) -> None:
+        """The reply, its message stored first, to the task that waits for it."""
+        reply = await stored_reply(self.store, reply)
         try:
-            await temporal.get_workflow_handle(workflow_id).signal(SIGNAL_LLM_REPLY, reply)
+            await temporal.get_workflow_handle(workflow_id).signal(SIGNAL_LLM_REPLY, compact(reply))
         except Exception as err:  # noqa: BLE001 - a finished or vanished task is not the batch's failure
             activity.logger.warning("could not deliver %s to %s: %s", reply.custom_id, workflow_id, err)
+
+
+async def submit_request(llm: LLMSettings, params: SubmitInput) -> None:
+    """Signal-with-start the queue's LLMBatchWorkflow with a request whose params are stored."""
+    params.request.params = {}
+    await activity.client().start_workflow(
+        LLM_BATCH_WORKFLOW, llm.batch_config(), id=params.batch_workflow_id,
+        task_queue=params.task_queue, start_signal=SIGNAL_LLM_SUBMIT,
+        start_signal_args=[compact(params.request)],
+        static_summary="Claude requests of this task queue, sent as Message Batches",
+    )
 
 
 def _reply_of(line: dict, batch_id: str) -> LLMReply:

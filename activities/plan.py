@@ -1,5 +1,6 @@
-"""The planner's activity: the request that asks Claude for a board, built from the goal, the
-repository's file list (bounded), the context files and the lessons of past refused boards."""
+"""The planner's activities: the request that asks Claude for a board, built from the goal, the
+repository's file list (bounded), the context files and the lessons of past refused boards, kept in
+the payload store; and the stored answer checked by the board parser `taskfleet run` uses."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ from git import Repo
 from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import cache_key
 from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
+from taskfleet.activities.model_io.payload_store import PayloadStore
 from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files, file_names, listed
+from taskfleet.activities.model_io.stored_calls import tool_input
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.lessons import LessonQuery
-from taskfleet.core.models.plan import PlanInput, PreparedPlan
-from taskfleet.core.names import ACTIVITY_PLAN_PREPARE
+from taskfleet.core.models.payload import compact
+from taskfleet.core.models.plan import PlanAnswer, PlanCheck, PlanInput, PreparedPlan
+from taskfleet.core.names import ACTIVITY_PLAN_CHECK, ACTIVITY_PLAN_PREPARE
+from taskfleet.core.plan_board import BoardRefused, planned_board
 
 TOOL_NAME = "submit_board"
 PLAN_LESSONS = 10
@@ -62,10 +67,15 @@ PLANNER_RULES = (
 
 
 class PlanActivities:
-    def __init__(self, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache) -> None:
+    def __init__(self, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache,
+                 store: PayloadStore) -> None:
         self.llm = llm
         self.lessons = lessons
         self.templates = templates
+        self.store = store
+
+    def activities(self) -> list:
+        return [self.prepare, self.check]
 
     @activity.defn(name=ACTIVITY_PLAN_PREPARE)
     async def prepare(self, params: PlanInput) -> PreparedPlan:
@@ -91,8 +101,22 @@ class PlanActivities:
             "tools": [SUBMIT_BOARD_TOOL],
             "tool_choice": {"type": "tool", "name": TOOL_NAME},
         }
-        return PreparedPlan(params=request, base_commit=commit, files_listed=len(shown), files_total=len(names),
-                            prompt_hash=cache_key(prompt=prompt)[:16])
+        return compact(PreparedPlan(
+            request=await self.store.put_json(request), model=request["model"], base_commit=commit,
+            files_listed=len(shown), files_total=len(names),
+            prompt_hash=cache_key(prompt=prompt)[:16]))
+
+    @activity.defn(name=ACTIVITY_PLAN_CHECK)
+    async def check(self, answer: PlanAnswer) -> PlanCheck:
+        """The stored answer's board, checked as `taskfleet run` checks one, or why not."""
+        called = tool_input(await self.store.get_json(answer.reply), TOOL_NAME)
+        if called is None:
+            return PlanCheck(problems=["the model did not call submit_board"])
+        try:
+            board = planned_board(called, answer.base, answer.goal, answer.max_tasks)
+        except BoardRefused as err:
+            return PlanCheck(problems=err.problems)
+        return PlanCheck(board_toml=board.text, name=board.name, task_ids=board.task_ids)
 
     def _read(self, params: PlanInput) -> tuple[str, list[str], list[tuple[str, str]]]:
         try:

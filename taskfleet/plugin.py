@@ -29,6 +29,7 @@ from taskfleet.activities.lessons import LessonsActivities
 from taskfleet.activities.llm import LLMActivities
 from taskfleet.activities.llm_api import LLMApiActivities
 from taskfleet.activities.merge_queue import MergeQueueActivities
+from taskfleet.activities.model_io.payload_store import payload_store
 from taskfleet.activities.plan import PlanActivities
 from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
@@ -87,10 +88,15 @@ class WorkerServices:
         self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache, self.workspace)
         self.run_checks = RunCheckActivities(settings)
         llm = LLMSettings()
-        self.llm = LLMActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
-        self.llm_api = LLMApiActivities(llm)
-        self.plans = PlanActivities(llm, self.lessons, self.templates)
-        self.judges = JudgeActivities(settings, llm, self.lessons, self.templates, self.result_cache, self.tasks)
+        try:
+            self.payloads = payload_store(settings.payload_store, settings.payloads_dir)
+        except ValueError as err:
+            raise StartupError(str(err)) from None
+        memory = (self.lessons, self.templates, self.result_cache, self.tasks, self.payloads)
+        self.llm = LLMActivities(settings, llm, *memory)
+        self.llm_api = LLMApiActivities(llm, self.payloads)
+        self.plans = PlanActivities(llm, self.lessons, self.templates, self.payloads)
+        self.judges = JudgeActivities(settings, llm, *memory)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
         self.merge_queue = MergeQueueActivities(settings, self.tasks)
@@ -109,7 +115,7 @@ class WorkerServices:
             self.run_checks.check_task_env,
             *self.llm.activities(),
             *self.llm_api.activities(),
-            self.plans.prepare,
+            *self.plans.activities(),
             *self.judges.activities(),
             self.boards.store_board,
             self.boards.load_board_page,
@@ -136,8 +142,10 @@ class WorkerServices:
         if stale:
             log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
         log.info(
-            "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s",
+            "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s, "
+            "payload store %s",
             stats.lessons, stats.build_seconds, len(names), ", ".join(names), self.settings.result_cache_path,
+            self.payloads.url,
         )
         self.started = True
 

@@ -41,7 +41,7 @@ def test_board_wide_defaults_and_per_task_keys() -> None:
 def test_defaults_when_unset() -> None:
     (t,) = parse_toml_board('[[tasks]]\nid = "A"\nimplementer = "anthropic"\nverify = "true"\n').tasks
     assert (t.model, t.max_tokens, t.context, t.max_attempts) == ("", 8192, [], 2)
-    assert (t.llm_batch, t.llm_batch_max_size, t.llm_batch_max_age_seconds) == (True, 100, 10.0)
+    assert (t.llm_batch, t.llm_batch_max_size, t.llm_batch_max_age_seconds) == (True, 100_000, 10.0)
 
 
 @pytest.mark.parametrize(

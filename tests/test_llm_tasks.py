@@ -77,7 +77,9 @@ async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue
     for name, history in zip(("orchestrator_llm_three", "llm_batcher_three", "llm_task_batched"), histories):
         save_history(name, history.to_json())
     texts = [payload_text(h) for h in histories]
-    assert "apply_edits" in texts[2] and "llm/L1.txt" in texts[2]  # the child holds the model's reply
+    # The child holds the reply's key and the tool it called; the prompt stays in the payload store.
+    assert '"tool_name":"apply_edits"' in texts[2] and '"message_ref"' in texts[2]
+    assert all("Task id: L1" not in text for text in texts)
     for text in texts:  # the key stays in the worker's environment
         assert FAKE_API_KEY not in text and "ANTHROPIC_API_KEY" not in text
     assert standin.calls["batches.create"] == 1 and standin.batch_sizes() == [3]

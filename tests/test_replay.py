@@ -41,6 +41,16 @@ EXPECTED = {
     "git_batcher_replies_from_push",
     "git_batcher_flush_after",
     "orchestrator_last_tasks_land_together",
+    # Claude tasks with their payloads in the store (local prepare, verdict and landing steps)
+    "orchestrator_llm_three--0.2.0",
+    "llm_batcher_three--0.2.0",
+    "llm_task_batched--0.2.0",
+    "llm_task_fix_round--0.2.0",
+    "llm_task_judged_revise--0.2.0",
+    "judge_workflow_revise--0.2.0",
+    "orchestrator_judged--0.2.0",
+    "orchestrator_judged_commands--0.2.0",
+    "planner_fix_round--0.2.0",
 }
 
 
@@ -48,7 +58,9 @@ def load_histories() -> list[WorkflowHistory]:
     histories = []
     for path in sorted(HISTORIES.glob("*.json")):
         data = json.loads(path.read_text())
-        histories.append(WorkflowHistory.from_json(path.stem, data))
+        # A recording kept beside an older one (`<name>--<version>`) ran under the id `<name>`, which
+        # its children's ids derive from.
+        histories.append(WorkflowHistory.from_json(path.stem.split("--")[0], data))
     return histories
 
 

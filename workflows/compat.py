@@ -36,6 +36,18 @@ Items (in the order a reader meets them):
   histories before it have no listener). Marker: git_batcher_replies_in_background.
 - `llm_batcher_continues_between_steps`: the Claude batcher stops between two flushes or polls when
   continue-as-new is due, instead of finishing the loop first. Old path and marker: none recorded.
+- `llm_batcher_cuts_at_api_limits`: the Claude batcher cuts a batch at the API's limits (requests,
+  bytes); before, also at 1.5 MB of params, which then sat in its history. Asked once per run.
+  Old path: llm_batcher_three (its three small requests are cut alike either way). Marker:
+  llm_batcher_three--0.2.0.
+- Payloads by reference (not a patch: read from the payloads). A Claude task or judge whose start
+  input says `stored` prepares, judges and lands in local activities and passes references; one
+  without (started before) keeps the activities its history recorded, and a prepared request or a
+  reply from before the payload store is inline, read here with its old commands (the judge's
+  `taskfleet_judge_record`, the planner's check in the workflow). Old path: llm_task_batched,
+  llm_task_fix_round, llm_task_judged_revise, judge_workflow_revise, planner_fix_round,
+  orchestrator_llm_three, orchestrator_judged. New path: their `--0.2.0` recordings. Goes when no
+  Claude task, judge or plan started before the store is open.
 - `llm_task_reports_stages`: a Claude task signals its stage (`task_stage`) to the orchestrator.
   Old path: llm_task_batched, llm_task_fix_round. Marker: llm_task_judged_revise.
 - `run_key`: a run's key is its workflow id and first run id (a repeated `run --id X` never
@@ -88,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.names import (
         LEGACY_ACTIVITY_NAMES,
         PATCH_AGE_TIMER_ON_ARRIVAL,
+        PATCH_BATCH_AT_API_LIMITS,
         PATCH_BOARD_PAGES,
         PATCH_CAN_BETWEEN_STEPS,
         PATCH_CAN_UNDER_LOAD,
@@ -126,6 +139,10 @@ def git_batcher_replies_in_background() -> bool:
 
 def llm_batcher_continues_between_steps() -> bool:
     return workflow.patched(PATCH_CAN_BETWEEN_STEPS)
+
+
+def llm_batcher_cuts_at_api_limits() -> bool:
+    return workflow.patched(PATCH_BATCH_AT_API_LIMITS)
 
 
 def llm_task_reports_stages() -> bool:

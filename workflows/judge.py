@@ -3,15 +3,16 @@ workflow that runs the task (the orchestrator for a command task, `LLMTaskWorkfl
 
 prepare (activity: diff, scope, verify output, lessons, `judge.j2`; a result-cache hit ends here) ->
 the model, through the same plumbing as the implementer (a Message Batch via `LLMBatchWorkflow`,
-or one direct call) -> its answer checked against `submit_review`'s schema. An answer that breaks
-it gets one retry with the error; a second bad answer is no verdict, with the reason. A verdict is
-kept in the result cache and, unless it approves, recorded as a lesson (`activity_type` "judge").
+or one direct call) -> its stored answer checked against `submit_review`'s schema (an activity,
+which keeps a fitting verdict in the result cache and, unless it approves, as a lesson with
+`activity_type` "judge"). An answer that breaks the schema gets one retry with the error; a second
+bad answer is no verdict, with the reason. The request and the answers stay in the payload store.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Optional
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior
@@ -21,24 +22,36 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import root_cause_message
     from taskfleet.core.models.judge import (
         JUDGE_BY_CLAUDE,
+        JudgeAnswer,
         JudgeOutcome,
         JudgeRecord,
         JudgeRequest,
         JudgeStatus,
+        JudgeVerdict,
         PreparedJudge,
+        judged_task,
     )
     from taskfleet.core.models.llm import REPLY_SUCCEEDED
+    from taskfleet.core.models.payload import compact
     from taskfleet.core.models.review import VERDICT_APPROVE, VERDICT_REJECT, VERDICT_REVISE, JudgeTally
     from taskfleet.core.names import (
         ACTIVITY_JUDGE_PREPARE,
         ACTIVITY_JUDGE_RECORD,
+        ACTIVITY_JUDGE_VERDICT,
         JUDGE_WORKFLOW,
         QUERY_JUDGE_STATUS,
         SIGNAL_LLM_REPLY,
     )
     from taskfleet.core.review_schema import ReviewInvalid, parse_review
 
-from taskfleet.workflows.model_calls import QUICK, ModelCalls, Route, assistant_turn, tool_call
+from taskfleet.workflows.model_calls import (
+    QUICK,
+    Conversation,
+    ModelCalls,
+    Route,
+    called,
+    tool_call,
+)
 
 TOOL = "submit_review"
 ANSWERS = 2  # the first answer, then one retry after an answer that broke the schema
@@ -66,13 +79,21 @@ class JudgeWorkflow:
 
     @workflow.run
     async def run(self, request: JudgeRequest) -> JudgeOutcome:
-        task = request.task_input.task
+        task = judged_task(request)
         self._title = f"**judge** of {task.id}, round {request.round}: commit `{request.commit[:12]}`"
         self._details()
+        route = Route(batch=task.llm_batch, max_batch_size=task.llm_batch_max_size,
+                      max_batch_age_seconds=task.llm_batch_max_age_seconds)
+        # A stored request prepares (and submits) in a local activity: no round trip, and the
+        # request's copy of the task input stays out of history.
+        stored, name = request.stored, f"{task.id}-judge"
+        submit = self.calls.submit_input(name, 1, route) if stored and route.batch else None
+        run = workflow.execute_local_activity if stored else workflow.execute_activity
         try:
-            prepared: PreparedJudge = await workflow.execute_activity(
-                ACTIVITY_JUDGE_PREPARE, request, result_type=PreparedJudge,
-                start_to_close_timeout=timedelta(minutes=5), retry_policy=QUICK,
+            prepared: PreparedJudge = await run(
+                ACTIVITY_JUDGE_PREPARE, args=[request, submit] if stored else [request],
+                result_type=PreparedJudge, start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=QUICK,
                 summary=f"{task.id}: the judge's request (diff, verify output, lessons)"[:100],
             )
         except ActivityError as err:
@@ -80,44 +101,72 @@ class JudgeWorkflow:
         if prepared.cached is not None:
             self.tally.cache_hits = 1
             return self._done(review=prepared.cached, cache_hit=True)
-        model = str(prepared.params.get("model", ""))
-        conversation = list(prepared.params["messages"])
-        route = Route(batch=task.llm_batch, max_batch_size=task.llm_batch_max_size,
-                      max_batch_age_seconds=task.llm_batch_max_age_seconds)
+        model = prepared.model or str(prepared.params.get("model", ""))
+        talk = Conversation(prepared.request, prepared.params)
         for attempt in range(1, ANSWERS + 1):
             self.stage, self.answers = ("asking" if attempt == 1 else "retrying"), attempt
             self._details()
-            reply = await self.calls.ask({**prepared.params, "messages": conversation}, f"{task.id}-judge", attempt,
-                                         route, f"{task.id}: judge")
+            reply = await self.calls.ask(talk.request(), model, f"{task.id}-judge", attempt, route,
+                                         f"{task.id}: judge", prepared.submitted and attempt == 1)
             self.calls.account(reply, model)
             if reply.type != REPLY_SUCCEEDED:
                 return self._done(error=f"the judge's request failed: the API reported {reply.type}: {reply.error}")
+            verdict = await self._verdict(request, prepared, reply)
+            if verdict is None:
+                return self._done(error=f"the judge's answer could not be read: {self.problem}")
+            if verdict.review is None:
+                self.tally.invalid += 1
+                self.problem = verdict.problem
+                workflow.logger.warning("%s: the judge's answer %d broke the schema: %s", task.id,
+                                        attempt, verdict.problem)
+                talk.add_reply(reply)
+                talk.tool_result(called(reply, TOOL), "Your answer does not fit submit_review: "
+                                 f"{verdict.problem}. Call submit_review again.")
+                continue
+            return self._done(review=verdict.review)
+        return self._done(
+            error=f"the judge's answer broke submit_review's schema twice: {self.problem}")
+
+    async def _verdict(self, request: JudgeRequest, prepared: PreparedJudge,
+                       reply: Any) -> Optional[JudgeVerdict]:
+        """The review in the answer, kept by an activity that reads the stored reply (a reply from
+        before the payload store is read here, and kept by `taskfleet_judge_record`); None: the
+        stored reply could not be read (`problem` says why)."""
+        task = judged_task(request)
+        if reply.message_ref is None:
             tool = tool_call(reply.message, TOOL)
             try:
                 if tool is None:
                     raise ReviewInvalid("the answer did not call submit_review")
                 review = parse_review(tool.get("input"))
             except ReviewInvalid as err:
-                self.tally.invalid += 1
-                self.problem = str(err)
-                workflow.logger.warning("%s: the judge's answer %d broke the schema: %s", task.id, attempt, err)
-                retry = f"Your answer does not fit submit_review: {err}. Call submit_review again."
-                conversation += [assistant_turn(reply.message), {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": tool.get("id", ""), "is_error": True, "content": retry}
-                    if tool is not None else {"type": "text", "text": retry}]}]
-                continue
-            try:
-                await workflow.execute_activity(
-                    ACTIVITY_JUDGE_RECORD,
-                    JudgeRecord(task_input=request.task_input, review=review, cache_key=prepared.cache_key,
-                                commit=request.commit, round=request.round),
-                    start_to_close_timeout=timedelta(minutes=1), retry_policy=RetryPolicy(maximum_attempts=3),
-                    summary=f"{task.id}: keep the verdict ({review.verdict})"[:100],
-                )
-            except ActivityError as err:  # the verdict stands; only its cache entry or lesson is missing
-                workflow.logger.warning("could not record the verdict: %s", root_cause_message(err))
-            return self._done(review=review)
-        return self._done(error=f"the judge's answer broke submit_review's schema twice: {self.problem}")
+                return JudgeVerdict(problem=str(err))
+            assert request.task_input is not None  # a request from before the store carries it
+            record = JudgeRecord(task_input=request.task_input, review=review,
+                                 cache_key=prepared.cache_key, commit=request.commit,
+                                 round=request.round)
+            name, argument, result_type = ACTIVITY_JUDGE_RECORD, record, None
+        else:
+            answer = JudgeAnswer(reply=reply.message_ref, cache_key=prepared.cache_key,
+                                 commit=request.commit, task_input=request.task_input,
+                                 task=request.task, edits_cache_key=request.edits_cache_key,
+                                 edits=request.edits)
+            name, argument, result_type, review = ACTIVITY_JUDGE_VERDICT, answer, JudgeVerdict, None
+        run = workflow.execute_local_activity if request.stored else workflow.execute_activity
+        try:
+            kept = await run(
+                name, argument, result_type=result_type,
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"{task.id}: check and keep the verdict"[:100],
+            )
+        except ActivityError as err:  # the verdict stands; only its cache entry or lesson is lost
+            workflow.logger.warning("could not record the verdict: %s", root_cause_message(err))
+            if review is None:
+                self.problem = root_cause_message(err)
+                return None
+            kept = None
+        return kept if isinstance(kept, JudgeVerdict) else JudgeVerdict(review=review)
 
     def _tally(self) -> JudgeTally:
         u = self.calls.usage
@@ -138,7 +187,8 @@ class JudgeWorkflow:
             lines.append(f"- {outcome[:300]}")
         workflow.set_current_details("\n".join(lines))
 
-    def _done(self, review: Any = None, error: str = "", cache_hit: bool = False) -> JudgeOutcome:
+    def _done(self, review: Any = None, error: str = "", cache_hit: bool = False) -> Any:
+        """The outcome, compact (the caller's `JudgeOutcome` fills in its defaults)."""
         tally = self._tally()
         if review is not None:
             tally.approved += review.verdict == VERDICT_APPROVE
@@ -147,4 +197,5 @@ class JudgeWorkflow:
         self.stage = "done"
         self._details(f"verdict: {review.verdict}" + (" (from the result cache)" if cache_hit else "")
                       if review is not None else f"no verdict: {error}")
-        return JudgeOutcome(review=review, error=error, source=JUDGE_BY_CLAUDE, cache_hit=cache_hit, tally=tally)
+        return compact(JudgeOutcome(review=review, error=error, source=JUDGE_BY_CLAUDE,
+                                    cache_hit=cache_hit, tally=tally))

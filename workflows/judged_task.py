@@ -70,7 +70,8 @@ async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolic
             break
         on_stage(STAGE_JUDGING, verdict)
         outcome = await judge(JudgeRequest(task_input=task_input, commit=result.commit,
-                                           verify_tail=result.output_tail, round=attempt, attempt=attempt))
+                                           verify_tail=result.output_tail, round=attempt,
+                                           attempt=attempt, stored=True))
         add_judging(total, outcome)
         if outcome.review is None:
             result.status, result.failure_type, result.reason = TASK_FAILED, "judge_failed", f"judge: {outcome.error}"

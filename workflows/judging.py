@@ -17,8 +17,16 @@ from temporalio.workflow import ActivityCancellationType, ChildWorkflowCancellat
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import root_cause_message
     from taskfleet.core.llm_ids import judge_workflow_id
-    from taskfleet.core.models.judge import JUDGE_BY_CLAUDE, JUDGE_BY_COMMAND, JudgeOutcome, JudgeRequest, LandInput
+    from taskfleet.core.models.judge import (
+        JUDGE_BY_CLAUDE,
+        JUDGE_BY_COMMAND,
+        JudgeOutcome,
+        JudgeRequest,
+        LandInput,
+        judged_task,
+    )
     from taskfleet.core.models.orchestrator import TaskInput, TaskResult
+    from taskfleet.core.models.payload import compact
     from taskfleet.core.models.review import JudgeTally, TaskStage
     from taskfleet.core.names import ACTIVITY_JUDGE_COMMAND, ACTIVITY_LAND_TASK, JUDGE_WORKFLOW, SIGNAL_TASK_STAGE
 
@@ -37,8 +45,9 @@ def _cancelled(err: BaseException) -> bool:
 
 async def judge(request: JudgeRequest) -> JudgeOutcome:
     """The verdict on `request.commit`, or a `JudgeOutcome` whose `error` says why there is none."""
-    task = request.task_input.task
-    if task.judge_run.strip():
+    about = judged_task(request)
+    if request.task_input is not None and request.task_input.task.judge_run.strip():
+        task = request.task_input.task
         try:
             return await workflow.execute_activity(
                 ACTIVITY_JUDGE_COMMAND, request, result_type=JudgeOutcome,
@@ -53,10 +62,10 @@ async def judge(request: JudgeRequest) -> JudgeOutcome:
                                 source=JUDGE_BY_COMMAND)
     try:
         return await workflow.execute_child_workflow(
-            JUDGE_WORKFLOW, request, result_type=JudgeOutcome,
-            id=judge_workflow_id(request.task_input.reply_to, task.id, request.round),
+            JUDGE_WORKFLOW, compact(request), result_type=JudgeOutcome,
+            id=judge_workflow_id(about.reply_to, about.id, request.round),
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-            static_summary=f"{task.id}: judge (round {request.round})"[:200],
+            static_summary=f"{about.id}: judge (round {request.round})"[:200],
         )
     except ChildWorkflowError as err:
         if _cancelled(err):
@@ -99,10 +108,11 @@ async def report_stage(task_input: TaskInput, stage: str, verdict: str = "") -> 
         workflow.logger.warning("could not report stage %s of %s: %s", stage, task_input.task.id, err)
 
 
-async def land(land_input: LandInput) -> str:
-    """Send an approved commit's landing op (push, merge, ...): the op id the orchestrator waits for."""
-    task = land_input.task_input.task
-    return await workflow.execute_activity(
-        ACTIVITY_LAND_TASK, land_input, result_type=str, start_to_close_timeout=timedelta(minutes=2),
-        retry_policy=LAND_RETRY, summary=f"{task.id}: land the approved commit"[:100],
-    )
+async def land(land_input: LandInput, local: bool = False) -> str:
+    """Send an approved commit's landing op (push, merge, ...): the op id the orchestrator waits
+    for. `local`: as a local activity (short, and its input, the task's, stays out of history)."""
+    summary = f"{land_input.task_input.task.id}: land the approved commit"[:100]
+    run = workflow.execute_local_activity if local else workflow.execute_activity
+    return await run(ACTIVITY_LAND_TASK, land_input, result_type=str,
+                     start_to_close_timeout=timedelta(minutes=2), retry_policy=LAND_RETRY,
+                     summary=summary)

@@ -2,11 +2,13 @@
 requests of every LLM task and sends each flush as ONE Message Batch.
 
 An entity like `GitBatchWorkflow`: `submit` (signal) queues a request; a flush happens at the
-smallest `llm_batch_max_size` of what is queued or `llm_batch_max_age_seconds` after the oldest
-request; each flush is one `messages.batches.create`; polling uses workflow timers (1 s doubling to
-60 s by default), so a batch that takes hours costs no worker. When a batch ends, an activity reads
-its results (unordered) and signals each request's task by `custom_id`. Only routing (custom_id ->
-task) is kept per in-flight batch, never the request bodies after they are sent.
+smallest `llm_batch_max_size` of what is queued, at the API's limits for one batch (requests and
+bytes, `TASKFLEET_LLM_BATCH_MAX_REQUESTS`, `TASKFLEET_LLM_BATCH_MAX_BYTES`) or
+`llm_batch_max_age_seconds` after the oldest request; each flush is one `messages.batches.create`;
+polling uses workflow timers (1 s doubling to 60 s by default), so a batch that takes hours costs no
+worker. When a batch ends, an activity reads its results (unordered) and signals each request's task
+by `custom_id`. A request's params stay in the payload store: this workflow holds its reference and
+its routing (custom_id -> task) only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         CreateBatchOutput,
         DeliverResultsInput,
         DeliverResultsOutput,
+        BatchEntry,
         InFlightBatch,
         LLMBatchConfig,
         LLMBatchState,
@@ -38,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         PollBatchOutput,
         RejectedSubmit,
     )
+    from taskfleet.core.models.payload import compact
     from taskfleet.core.names import (
         ACTIVITY_LLM_CREATE_BATCH,
         ACTIVITY_LLM_DELIVER_RESULTS,
@@ -49,15 +53,20 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_LLM_SUBMIT,
     )
 
-from taskfleet.workflows.compat import llm_batcher_continues_between_steps
+from taskfleet.workflows.compat import (
+    llm_batcher_continues_between_steps,
+    llm_batcher_cuts_at_api_limits,
+)
 
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000
-# One create's input must stay under the server's payload limit: a flush is also cut at this size.
+# Runs from before the payload store: their requests' params sat in the create's input, so a flush
+# was also cut at this size (the server's payload limit).
 FLUSH_BYTES = 1_500_000
-# Continue-as-new carries pending requests only below this (else they are flushed first).
+# Continue-as-new carries pending requests only below this much history (else they are sent first).
 CARRY_BYTES = 1_000_000
+REF_BYTES = 300  # what a request by reference adds to history
 MAX_STEP_FAILURES = 5
 API_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                         maximum_interval=timedelta(seconds=60), maximum_attempts=8,
@@ -77,11 +86,20 @@ def _config(raw: Any) -> LLMBatchConfig:
     config.poll_initial_seconds = max(config.poll_initial_seconds, 0.01)
     config.poll_max_seconds = max(config.poll_max_seconds, config.poll_initial_seconds)
     config.api_timeout_seconds = max(config.api_timeout_seconds, 5.0)
+    config.max_requests = min(max(config.max_requests, 1), 100_000)
+    config.max_bytes = max(config.max_bytes, 1)
     return config
 
 
 def _size(request: LLMRequest) -> int:
+    """The request's params, as the API counts a batch's bytes."""
+    if request.params_ref is not None:
+        return request.params_ref.size + 200
     return len(json.dumps(request.params)) + 200
+
+
+def _history_size(request: LLMRequest) -> int:
+    return REF_BYTES if request.params_ref is not None else _size(request)
 
 
 # Worker Versioning: AUTO_UPGRADE. An entity that continues as new forever: pinned, it would hold its
@@ -97,6 +115,7 @@ class LLMBatchWorkflow:
         self._creating = ""
         self._wake = False
         self._wait_until: Optional[datetime] = None
+        self._api_limits = False
 
     # --- run loop --------------------------------------------------------------------------------
 
@@ -104,6 +123,7 @@ class LLMBatchWorkflow:
     async def run(self, config: Any = None, state: Optional[LLMBatchState] = None) -> None:
         workflow.logger.info("LLM batcher run %d: %d pending, %d in flight", self.s.runs, len(self.s.pending),
                              len(self.s.in_flight))
+        self._api_limits = llm_batcher_cuts_at_api_limits()
         self._refresh_details()
         while True:
             # The timeout is fixed when the wait starts: a new request may bring an earlier deadline,
@@ -137,7 +157,7 @@ class LLMBatchWorkflow:
                 workflow.continue_as_new(args=[self.config, self.s])
 
     def _carryable(self) -> bool:
-        return sum(map(_size, self.s.pending)) <= CARRY_BYTES
+        return sum(map(_history_size, self.s.pending)) <= CARRY_BYTES
 
     def _continue_now(self) -> bool:
         """Stop between two flushes or polls when continue-as-new is due, so a run stays within a few
@@ -164,10 +184,21 @@ class LLMBatchWorkflow:
         return min(datetime.fromisoformat(r.enqueued_at) + timedelta(seconds=r.max_batch_age_seconds)
                    for r in self.s.pending)
 
+    def _limits(self) -> tuple[int, int]:
+        """How many requests and bytes one batch takes: the API's limits (configurable), or for a
+        run from before the payload store, the requests' own size rule and a history byte cut."""
+        size = min(r.max_batch_size for r in self.s.pending)
+        if self._api_limits:
+            return min(size, self.config.max_requests), self.config.max_bytes
+        return size, FLUSH_BYTES
+
     def _flush_due(self) -> bool:
         if not self.s.pending:
             return False
-        if self.s.flush_requested or len(self.s.pending) >= min(r.max_batch_size for r in self.s.pending):
+        requests, limit = self._limits()
+        if self.s.flush_requested or len(self.s.pending) >= requests:
+            return True
+        if self._api_limits and sum(map(_size, self.s.pending)) >= limit:
             return True
         deadline = self._flush_deadline()
         return deadline is not None and deadline <= workflow.now()
@@ -184,11 +215,11 @@ class LLMBatchWorkflow:
     # --- flush: one batch create ------------------------------------------------------------------
 
     async def _flush(self) -> None:
-        limit = min(r.max_batch_size for r in self.s.pending)
+        limit, max_bytes = self._limits()
         taken: list[LLMRequest] = []
         size = 0
         for request in self.s.pending:
-            if len(taken) >= limit or (taken and size + _size(request) > FLUSH_BYTES):
+            if len(taken) >= limit or (taken and size + _size(request) > max_bytes):
                 break
             taken.append(request)
             size += _size(request)
@@ -208,12 +239,15 @@ class LLMBatchWorkflow:
         self._creating = batch.flush_id
         self._refresh_details()
         known = [b.batch_id for b in self.s.in_flight + self.s.recent_batches if b.batch_id]
+        inline = [{"custom_id": r.custom_id, "params": r.params}
+                  for r in requests if r.params_ref is None]
+        entries = [BatchEntry(custom_id=r.custom_id, params=r.params_ref)
+                   for r in requests if r.params_ref]
         try:
             out: CreateBatchOutput = await workflow.execute_activity(
                 ACTIVITY_LLM_CREATE_BATCH,
-                CreateBatchInput(flush_id=batch.flush_id,
-                                 requests=[{"custom_id": r.custom_id, "params": r.params} for r in requests],
-                                 cut_at=batch.cut_at, known_batch_ids=known),
+                CreateBatchInput(flush_id=batch.flush_id, requests=inline, cut_at=batch.cut_at,
+                                 known_batch_ids=known, entries=entries),
                 result_type=CreateBatchOutput,
                 start_to_close_timeout=timedelta(seconds=self.config.api_timeout_seconds),
                 retry_policy=API_RETRY,
@@ -227,6 +261,11 @@ class LLMBatchWorkflow:
             return
         finally:
             self._creating = ""
+        if out.left_out:
+            await self._leave_out(batch, out.left_out)
+        if not out.batch_id:
+            self._drop(batch, "no request of the flush could be read from the payload store")
+            return
         batch.batch_id = out.batch_id
         batch.created_at = workflow.now().isoformat()
         batch.next_poll_at = (workflow.now() + timedelta(seconds=batch.next_poll_seconds)).isoformat()
@@ -234,13 +273,29 @@ class LLMBatchWorkflow:
         self.s.stats.batches_recovered += int(out.recovered)
         self._refresh_details()
 
+    async def _leave_out(self, batch: InFlightBatch, left_out: dict[str, str]) -> None:
+        """Requests whose params could not be read: their tasks hear why; the rest go on."""
+        routes = list(zip(batch.custom_ids, batch.reply_to))
+        batch.custom_ids = [c for c, _ in routes if c not in left_out]
+        batch.reply_to = [r for c, r in routes if c not in left_out]
+        workflow.logger.warning("%s: %d request(s) left out", batch.flush_id, len(left_out))
+        for custom_id, listener in routes:
+            if custom_id in left_out:
+                why = f"left out of {batch.flush_id}: {left_out[custom_id]}"
+                await self._tell(custom_id, listener, why, "")
+
     async def _tell_failed(self, batch: InFlightBatch, error: str) -> None:
         for custom_id, listener in zip(batch.custom_ids, batch.reply_to):
-            reply = LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=error[:500], batch_id=batch.batch_id)
-            try:
-                await workflow.get_external_workflow_handle(listener).signal(SIGNAL_LLM_REPLY, reply)
-            except Exception as err:  # noqa: BLE001 - a vanished task is not our failure
-                workflow.logger.warning("could not tell %s: %s", listener, err)
+            await self._tell(custom_id, listener, error, batch.batch_id)
+
+    async def _tell(self, custom_id: str, listener: str, error: str, batch_id: str) -> None:
+        reply = LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=error[:500],
+                         batch_id=batch_id)
+        try:
+            handle = workflow.get_external_workflow_handle(listener)
+            await handle.signal(SIGNAL_LLM_REPLY, compact(reply))
+        except Exception as err:  # noqa: BLE001 - a vanished task is not our failure
+            workflow.logger.warning("could not tell %s: %s", listener, err)
 
     # --- polling and results ----------------------------------------------------------------------
 

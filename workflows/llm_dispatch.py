@@ -11,6 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.llm_ids import llm_task_workflow_id
     from taskfleet.core.models.llm import LLMTaskInput
     from taskfleet.core.models.orchestrator import OrchestratorState, TaskInput, TaskOutcome, TaskResult
+    from taskfleet.core.models.payload import compact
     from taskfleet.core.names import LLM_TASK_WORKFLOW
 
 __all__ = ["ANTHROPIC", "add_judge_usage", "add_llm_usage", "run_llm_task"]
@@ -20,7 +21,7 @@ async def run_llm_task(task_input: TaskInput, summary: str) -> TaskResult:
     """The same `TaskResult` as `taskfleet_run_task` (landing op id and commit included)."""
     return await workflow.execute_child_workflow(
         LLM_TASK_WORKFLOW,
-        LLMTaskInput(task_input=task_input),
+        compact(LLMTaskInput(task_input=task_input, stored=True)),
         # A re-run after the merge queue sent the change back is a task workflow of its own.
         id=llm_task_workflow_id(workflow.info().workflow_id, task_input.task.id)
         + (f"/queue-{task_input.queue.attempt}" if task_input.queue is not None and task_input.queue.attempt else ""),

@@ -4,12 +4,14 @@ A request goes either as one direct `messages.create` (an activity) or into the 
 `LLMBatchWorkflow`, whose answer arrives later as an `llm_reply` signal: the waiting is a
 `wait_condition` here, so it holds no worker slot and survives restarts. The workflow that owns a
 `ModelCalls` forwards its `llm_reply` signal to `receive`. Every reply is counted in `usage`.
+A `Conversation` holds the request by reference: its prepared part and every reply stay in the
+payload store, so history carries keys and the few small turns the workflow writes itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -28,9 +30,11 @@ with workflow.unsafe.imports_passed_through():
         LLMReply,
         LLMRequest,
         LLMUsage,
+        ModelRequest,
         ModelUsage,
         SubmitInput,
     )
+    from taskfleet.core.models.payload import PayloadRef, ref_of
     from taskfleet.core.names import ACTIVITY_LLM_CALL_DIRECT, ACTIVITY_LLM_SUBMIT
 
 QUICK = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5,
@@ -47,7 +51,7 @@ class Route:
     """How a workflow's requests travel: a Message Batch (with the flush rules) or direct calls."""
 
     batch: bool = True
-    max_batch_size: int = 100
+    max_batch_size: int = 100_000
     max_batch_age_seconds: float = 10.0
 
 
@@ -64,6 +68,9 @@ def reply_of(args: tuple) -> Optional[LLMReply]:
                 message=raw.get("message") if isinstance(raw.get("message"), dict) else {},
                 error=str(raw.get("error", ""))[:2000], batch_id=str(raw.get("batch_id", ""))[:200],
                 usage=LLMUsage(**{k: int(usage.get(k) or 0) for k in LLMUsage.__dataclass_fields__}),
+                message_ref=ref_of(raw.get("message_ref")),
+                tool_id=str(raw.get("tool_id", ""))[:200],
+                tool_name=str(raw.get("tool_name", ""))[:200],
             )
     except Exception:  # noqa: BLE001 - a bad message must never fail the workflow task
         pass
@@ -76,6 +83,42 @@ def tool_call(message: dict, name: str) -> Optional[dict]:
         if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") == name:
             return block
     return None
+
+
+def called(reply: LLMReply, name: str) -> Optional[str]:
+    """The id of the reply's call of `name`, or None if it made none (stored or inline reply)."""
+    if reply.message:
+        block = tool_call(reply.message, name)
+        return str(block.get("id", "")) if block is not None else None
+    return reply.tool_id if reply.tool_name == name else None
+
+
+class Conversation:
+    """A request as the workflow grows it: the prepared part (stored, or inline from before the
+    store) and the turns added since; a reply becomes a turn by reference."""
+
+    def __init__(self, prepared: Optional[PayloadRef], params: dict) -> None:
+        self.prepared, self.params, self.turns = prepared, params, []
+
+    def request(self) -> ModelRequest:
+        return ModelRequest(prepared=self.prepared, params=self.params, turns=list(self.turns))
+
+    def add_reply(self, reply: LLMReply) -> None:
+        if reply.message_ref is not None:
+            self.turns.append({"role": "assistant", "reply": asdict(reply.message_ref)})
+        else:
+            self.turns.append(assistant_turn(reply.message))
+
+    def add_user(self, *content: dict) -> None:
+        self.turns.append({"role": "user", "content": list(content)})
+
+    def tool_result(self, tool_id: Optional[str], text: str) -> None:
+        """The answer to the reply's tool call as an error result (plain text if it made none)."""
+        if tool_id is None:
+            self.add_user({"type": "text", "text": text})
+        else:
+            self.add_user({"type": "tool_result", "tool_use_id": tool_id, "is_error": True,
+                           "content": text})
 
 
 class ModelCalls:
@@ -93,15 +136,29 @@ class ModelCalls:
         if len(self.replies) < MAX_REPLIES:
             self.replies.setdefault(reply.custom_id, reply)
 
-    async def ask(self, params: dict, name: str, attempt: int, route: Route, label: str) -> LLMReply:
+    def submit_input(self, name: str, attempt: int, route: Route,
+                     request: Optional[ModelRequest] = None, resubmit: int = 0) -> SubmitInput:
+        """What `taskfleet_llm_submit` (or a prepare step that submits at once) sends on."""
+        info = workflow.info()
+        custom_id = llm_custom_id(info.first_execution_run_id, name, attempt, resubmit)
+        return SubmitInput(
+            request=LLMRequest(custom_id=custom_id, params={}, reply_to=info.workflow_id,
+                               max_batch_size=route.max_batch_size,
+                               max_batch_age_seconds=route.max_batch_age_seconds),
+            batch_workflow_id=llm_batch_workflow_id(info.task_queue), task_queue=info.task_queue,
+            model_request=request,
+        )
+
+    async def ask(self, request: ModelRequest, model: str, name: str, attempt: int, route: Route,
+                  label: str, submitted: bool = False) -> LLMReply:
         """One request's reply (`failed` when none could be had). `name` and `attempt` make its
-        custom id; `label` names it in the Web UI."""
+        custom id; `label` names it in the Web UI; `submitted`: its prepare step sent it already."""
         info = workflow.info()
         if not route.batch:
             custom_id = llm_custom_id(info.first_execution_run_id, name, attempt)
             try:
                 return await workflow.execute_activity(
-                    ACTIVITY_LLM_CALL_DIRECT, DirectCallInput(custom_id=custom_id, params=params),
+                    ACTIVITY_LLM_CALL_DIRECT, DirectCallInput(custom_id=custom_id, request=request),
                     result_type=LLMReply, start_to_close_timeout=timedelta(minutes=10), retry_policy=API,
                     summary=f"{label}: messages.create (attempt {attempt})"[:100],
                 )
@@ -109,18 +166,15 @@ class ModelCalls:
                 return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=root_cause_message(err))
         reply = LLMReply(custom_id="", type=REPLY_FAILED, error="not sent")
         for resubmit in range(2):  # an expired request is resubmitted once
-            custom_id = llm_custom_id(info.first_execution_run_id, name, attempt, resubmit)
-            submit = SubmitInput(
-                request=LLMRequest(custom_id=custom_id, params=params, reply_to=info.workflow_id,
-                                   max_batch_size=route.max_batch_size,
-                                   max_batch_age_seconds=route.max_batch_age_seconds),
-                batch_workflow_id=llm_batch_workflow_id(info.task_queue), task_queue=info.task_queue,
-            )
+            submit = self.submit_input(name, attempt, route, request, resubmit)
+            custom_id = submit.request.custom_id
             try:
-                await workflow.execute_activity(
-                    ACTIVITY_LLM_SUBMIT, submit, start_to_close_timeout=timedelta(minutes=2), retry_policy=QUICK,
-                    summary=f"{label}: submit to the Message Batch queue"[:100],
-                )
+                if not (submitted and resubmit == 0):
+                    await workflow.execute_activity(
+                        ACTIVITY_LLM_SUBMIT, submit, start_to_close_timeout=timedelta(minutes=2),
+                        retry_policy=QUICK,
+                        summary=f"{label}: submit to the Message Batch queue"[:100],
+                    )
             except ActivityError as err:
                 return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=root_cause_message(err))
             self.waiting_for = custom_id
@@ -133,7 +187,7 @@ class ModelCalls:
             reply = self.replies[custom_id]
             if reply.type != REPLY_EXPIRED or resubmit:
                 return reply
-            self.account(reply, str(params.get("model", "")))
+            self.account(reply, model)
             workflow.logger.info("%s expired in batch %s; resubmitting once", custom_id, reply.batch_id)
         return reply
 

@@ -1,7 +1,8 @@
 """`PlannerWorkflow`: a goal in, a board out (TOML that `taskfleet run` accepts unchanged).
 
 prepare the request (activity: file list, context files, lessons, `planner.j2`) -> Claude answers
-through one forced tool, `submit_board` -> the board parser `taskfleet run` uses checks the answer.
+through one forced tool, `submit_board` -> the board parser `taskfleet run` uses checks the answer
+(an activity reading the stored reply: request and answers stay in the payload store).
 A refused board gets one fix round (the parser's errors go back as an error tool result), then the
 workflow fails with those errors. A board over `max_tasks` is refused like any other, never cut.
 The input is plain JSON checked in code, so a person can start it with the `temporal` CLI.
@@ -26,12 +27,15 @@ with workflow.unsafe.imports_passed_through():
         PLAN_FAILED,
         PLAN_FIXING,
         PLAN_PREPARING,
+        PlanAnswer,
+        PlanCheck,
         PlanInput,
         PlanResult,
         PlanStatus,
         PreparedPlan,
     )
     from taskfleet.core.names import (
+        ACTIVITY_PLAN_CHECK,
         ACTIVITY_PLAN_PREPARE,
         ACTIVITY_RECORD_LESSON,
         PLANNER_WORKFLOW,
@@ -41,7 +45,14 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.plan_board import BoardRefused, planned_board
     from taskfleet.core.plan_input import InvalidPlanInput, parse_plan_input
 
-from taskfleet.workflows.model_calls import QUICK, ModelCalls, Route, assistant_turn, tool_call
+from taskfleet.workflows.model_calls import (
+    QUICK,
+    Conversation,
+    ModelCalls,
+    Route,
+    called,
+    tool_call,
+)
 
 TOOL = "submit_board"
 ANSWERS = 2  # the first answer, then one fix round
@@ -96,37 +107,57 @@ class PlannerWorkflow:
             )
         except ActivityError as err:
             raise self._failure(root_cause_message(err), "PlanSetupError") from None
-        model = str(prepared.params.get("model", ""))
-        conversation = list(prepared.params["messages"])
+        model = prepared.model or str(prepared.params.get("model", ""))
+        talk = Conversation(prepared.request, prepared.params)
         route = Route(batch=plan.llm_batch, max_batch_size=plan.llm_batch_max_size,
                       max_batch_age_seconds=plan.llm_batch_max_age_seconds)
         for attempt in range(1, ANSWERS + 1):
             self.stage, self.attempts = (PLAN_ASKING if attempt == 1 else PLAN_FIXING), attempt
             self._details()
-            reply = await self.calls.ask({**prepared.params, "messages": conversation}, "plan", attempt, route, "plan")
+            reply = await self.calls.ask(talk.request(), model, "plan", attempt, route, "plan")
             self.calls.account(reply, model)
             if reply.type != REPLY_SUCCEEDED:
                 raise self._failure(f"the API reported {reply.type}: {reply.error}", "PlanAPIError")
-            tool = tool_call(reply.message, TOOL)
-            if tool is None:
-                self.problems = ["the model did not call submit_board"]
-                answer = {"role": "user", "content": [{"type": "text", "text": "Answer by calling submit_board."}]}
-            else:
-                try:
-                    board = planned_board(tool.get("input"), plan.base, plan.goal, plan.max_tasks)
-                except BoardRefused as err:
-                    self.problems = err.problems
-                    answer = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool.get("id", ""),
-                                                           "is_error": True, "content": _refusal(err.problems)}]}
-                else:
-                    self.stage, self.problems = PLAN_DONE, []
-                    self._details()
-                    return PlanResult(board_toml=board.text, name=board.name, task_ids=board.task_ids,
-                                      base=plan.base, base_commit=prepared.base_commit, attempts=attempt,
-                                      usage=self.calls.usage)
+            checked = await self._check(plan, reply)
+            if not checked.problems:
+                self.stage, self.problems = PLAN_DONE, []
+                self._details()
+                return PlanResult(board_toml=checked.board_toml, name=checked.name,
+                                  task_ids=checked.task_ids, base=plan.base,
+                                  base_commit=prepared.base_commit, attempts=attempt,
+                                  usage=self.calls.usage)
+            self.problems = checked.problems
             await self._lesson(plan, attempt)
-            conversation += [assistant_turn(reply.message), answer]
+            talk.add_reply(reply)
+            tool_id = called(reply, TOOL)
+            if tool_id is None:
+                talk.add_user({"type": "text", "text": "Answer by calling submit_board."})
+            else:
+                talk.tool_result(tool_id, _refusal(checked.problems))
         raise self._failure(f"the board was refused {ANSWERS} times: " + "; ".join(self.problems), "PlanRefused")
+
+    async def _check(self, plan: PlanInput, reply: Any) -> PlanCheck:
+        """The answer's board checked by an activity reading the stored reply (a reply from before
+        the payload store is checked here)."""
+        if reply.message_ref is not None:
+            answer = PlanAnswer(reply=reply.message_ref, base=plan.base, goal=plan.goal,
+                                max_tasks=plan.max_tasks)
+            try:
+                return await workflow.execute_activity(
+                    ACTIVITY_PLAN_CHECK, answer, result_type=PlanCheck,
+                    start_to_close_timeout=timedelta(minutes=1), retry_policy=QUICK,
+                    summary="plan: check the answer's board")
+            except ActivityError as err:
+                raise self._failure(f"the answer could not be read: {root_cause_message(err)}",
+                                    "PlanSetupError") from None
+        tool = tool_call(reply.message, TOOL)
+        if tool is None:
+            return PlanCheck(problems=["the model did not call submit_board"])
+        try:
+            board = planned_board(tool.get("input"), plan.base, plan.goal, plan.max_tasks)
+        except BoardRefused as err:
+            return PlanCheck(problems=err.problems)
+        return PlanCheck(board_toml=board.text, name=board.name, task_ids=board.task_ids)
 
     async def _lesson(self, plan: PlanInput, attempt: int) -> None:
         """A refused board is a lesson for later plans (`activity_type` "plan")."""

@@ -11,7 +11,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 import taskfleet
-from taskfleet.cli import demo, git, lessons, plan, queue
+from taskfleet.cli import demo, git, lessons, payloads, plan, queue
 from taskfleet.cli import run as board_commands
 from taskfleet.cli.common import add_connection_flags
 from taskfleet.clients.connection import StartupError
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"taskfleet {taskfleet.__version__}")
     add_connection_flags(parser, after_command=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (git, queue, board_commands, plan, lessons, demo):
+    for group in (git, queue, board_commands, plan, lessons, payloads, demo):
         group.add_commands(sub)
     for command in leaf_commands(parser).values():  # `taskfleet status X --address H` as well
         add_connection_flags(command, after_command=True)

@@ -33,10 +33,18 @@ class LLMSettings:
     # one API call's activity timeout (env TASKFLEET_LLM_API_TIMEOUT_SECONDS)
     api_timeout_seconds: float = field(default_factory=lambda: _env_float("TASKFLEET_LLM_API_TIMEOUT_SECONDS", 120.0))
     sdk_max_retries: int = 2
+    # one Message Batch at most: requests and bytes of params (env TASKFLEET_LLM_BATCH_MAX_REQUESTS,
+    # TASKFLEET_LLM_BATCH_MAX_BYTES; defaults: the API's limits)
+    batch_max_requests: int = field(
+        default_factory=lambda: int(_env_float("TASKFLEET_LLM_BATCH_MAX_REQUESTS", 100_000)))
+    batch_max_bytes: int = field(
+        default_factory=lambda: int(_env_float("TASKFLEET_LLM_BATCH_MAX_BYTES", 240e6)))
     # the part of a task's diff a Claude judge is shown (env TASKFLEET_JUDGE_DIFF_MAX_BYTES); a
     # judge command always gets the whole diff on stdin
     judge_diff_max_bytes: int = field(default_factory=lambda: int(_env_float("TASKFLEET_JUDGE_DIFF_MAX_BYTES", 100_000)))
 
     def batch_config(self) -> LLMBatchConfig:
         return LLMBatchConfig(poll_initial_seconds=self.poll_initial_seconds, poll_max_seconds=self.poll_max_seconds,
-                              api_timeout_seconds=self.api_timeout_seconds)
+                              api_timeout_seconds=self.api_timeout_seconds,
+                              max_requests=max(1, min(self.batch_max_requests, 100_000)),
+                              max_bytes=max(1, self.batch_max_bytes))

@@ -86,6 +86,8 @@ ACTIVITY_PLAN_PREPARE = "taskfleet_plan_prepare"
 ACTIVITY_JUDGE_PREPARE = "taskfleet_judge_prepare"
 ACTIVITY_JUDGE_COMMAND = "taskfleet_judge_command"
 ACTIVITY_JUDGE_RECORD = "taskfleet_judge_record"
+ACTIVITY_JUDGE_VERDICT = "taskfleet_judge_verdict"
+ACTIVITY_PLAN_CHECK = "taskfleet_plan_check"
 ACTIVITY_LAND_TASK = "taskfleet_land_task"
 
 # Activity names before the prefix. Workflows started by an older taskfleet replay with these
@@ -127,6 +129,8 @@ PATCH_TASK_STAGES = "taskfleet-task-stages"
 PATCH_CAN_UNDER_LOAD = "git-batcher-continue-as-new-under-load"
 # The Claude batcher continues as new between two flushes or polls (before, it finished the loop).
 PATCH_CAN_BETWEEN_STEPS = "llm-batcher-continue-as-new-between-steps"
+# The Claude batcher cuts a batch at the API's limits (before, at 1.5 MB of params in its history).
+PATCH_BATCH_AT_API_LIMITS = "llm-batcher-cuts-at-api-limits"
 # An op reaching an idle git batcher (nothing queued, so no age timer) arms the timer for its age.
 PATCH_AGE_TIMER_ON_ARRIVAL = "git-batcher-age-timer-on-arrival"
 # A git batcher sends a batch's `git_ops_landed` signals while the next batch runs (before, it

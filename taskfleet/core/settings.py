@@ -54,6 +54,11 @@ class TaskfleetSettings:
     coordination_task_queue: str = field(
         default_factory=lambda: os.environ.get("TASKFLEET_COORDINATION_QUEUE") or COORDINATION_TASK_QUEUE
     )
+    # Where Claude's prompts, replies and edits live, out of workflow history: a folder or
+    # s3://BUCKET/PREFIX (env TASKFLEET_PAYLOAD_STORE; default <state_dir>/payloads). Every
+    # worker of a task queue must see the same store.
+    payload_store: str = field(
+        default_factory=lambda: os.environ.get("TASKFLEET_PAYLOAD_STORE", ""))
 
     def __post_init__(self) -> None:
         # Absolute once, here, from the worker's working directory: git resolves a relative path
@@ -79,6 +84,11 @@ class TaskfleetSettings:
     @property
     def worktrees_dir(self) -> Path:
         return self.state_dir / "worktrees"
+
+    @property
+    def payloads_dir(self) -> Path:
+        """The payload store's folder when TASKFLEET_PAYLOAD_STORE names none."""
+        return self.state_dir / "payloads"
 
     @property
     def result_cache_path(self) -> Path:

@@ -146,6 +146,11 @@ class StandIn:
         """Calls that cost money on the real API: batch creates and direct messages."""
         return self.calls["batches.create"] + self.calls["messages.create"]
 
+    def batch_contents(self) -> list[list[str]]:
+        """Each batch's custom ids, in the order the batches were made."""
+        with self._lock:
+            return [[line["custom_id"] for line in self._batches[i].lines] for i in self._order]
+
     def batch_sizes(self) -> list[int]:
         with self._lock:
             return [len(self._batches[i].lines) - len(self.extra_result_ids) for i in self._order]

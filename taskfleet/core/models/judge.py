@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from taskfleet.core.models.orchestrator import TaskInput
+from taskfleet.core.models.payload import PayloadRef
 from taskfleet.core.models.review import JudgeTally, Review
 
 JUDGE_BY_CLAUDE = "anthropic"
@@ -12,22 +13,83 @@ JUDGE_BY_COMMAND = "command"
 
 
 @dataclass
-class JudgeRequest:
-    """Judge this commit of this task (input of `JudgeWorkflow` and of the judge's activities)."""
+class JudgeTask:
+    """What a judging workflow reads of its task when the `TaskInput` is stored: names, routing."""
 
-    task_input: TaskInput
-    commit: str
+    id: str
+    reply_to: str  # the workflow that runs the task's rounds (the orchestrator)
+    llm_batch: bool = True
+    llm_batch_max_size: int = 100_000
+    llm_batch_max_age_seconds: float = 10.0
+
+
+@dataclass
+class JudgeRequest:
+    """Judge this commit of this task (input of `JudgeWorkflow` and of the judge's activities).
+
+    The task's `TaskInput` inline (a command task; a run from before the payload store) or stored
+    (`task`, with `about` for what the workflow reads itself)."""
+
+    task_input: Optional[TaskInput] = None
+    commit: str = ""
     verify_tail: str = ""  # the end of the task's log: the verify command's output is taken from it
     round: int = 1  # which judging of this task (1, then 2 after a revise round, ...)
     attempt: int = 1  # the implementer's attempt that made the commit
+    # A Claude task: the request's cache key and its stored answer (the reply with its edits): an
+    # approved answer is kept in the result cache, so the same board next time lands it again.
+    edits_cache_key: str = ""
+    edits: Optional[PayloadRef] = None
+    task: Optional[PayloadRef] = None
+    about: Optional[JudgeTask] = None
+    # The judge's steps run as local activities and keep payloads in the store (a request from
+    # before that: regular activities, as its history recorded them).
+    stored: bool = False
+    report_stage: bool = False  # its prepare step tells `reply_to` the task is being judged
+
+
+def judged_task(request: JudgeRequest) -> JudgeTask:
+    """The names and routing of the judged task, from whichever form the request carries."""
+    if request.about is not None:
+        return request.about
+    params = request.task_input
+    assert params is not None, "a JudgeRequest carries its task inline or stored"
+    t = params.task
+    return JudgeTask(id=t.id, reply_to=params.reply_to, llm_batch=t.llm_batch,
+                     llm_batch_max_size=t.llm_batch_max_size,
+                     llm_batch_max_age_seconds=t.llm_batch_max_age_seconds)
 
 
 @dataclass
 class PreparedJudge:
-    params: dict  # the Messages API request: model, max_tokens, system, messages, tools, tool_choice
-    cache_key: str
-    diff_bytes: int
+    params: dict = field(default_factory=dict)  # inline: only from before the payload store
+    cache_key: str = ""
+    diff_bytes: int = 0
     cached: Optional[Review] = None  # a result-cache hit: the verdict given to this request before
+    request: Optional[PayloadRef] = None  # the Messages API request, in the payload store
+    model: str = ""
+    submitted: bool = False  # the request went to the batcher already
+
+
+@dataclass
+class JudgeAnswer:
+    """A Claude judge's stored reply, to check against `submit_review` and keep if it fits."""
+
+    reply: PayloadRef
+    cache_key: str
+    commit: str
+    task_input: Optional[TaskInput] = None  # or stored: `task` (for the lesson's names)
+    task: Optional[PayloadRef] = None
+    edits_cache_key: str = ""  # as in JudgeRequest: kept once approved
+    edits: Optional[PayloadRef] = None
+
+
+@dataclass
+class JudgeVerdict:
+    """The review in a reply (kept in the result cache, a lesson unless approve), or why it does
+    not fit the schema (`problem`, sent back to the judge once)."""
+
+    review: Optional[Review] = None
+    problem: str = ""
 
 
 @dataclass
@@ -69,5 +131,5 @@ class LandInput:
     # A Claude task: its approved edits, kept in the result cache under the request's key (kept
     # only once approved, so the same board next time applies edits that passed its judge).
     edits_cache_key: str = ""
-    edits: Optional[list] = None
+    edits: Optional[list] = None  # inline: only from before the payload store
     summary: str = ""

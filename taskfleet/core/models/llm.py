@@ -1,8 +1,9 @@
 """Wire types of the Claude implementer: the per-task child workflow, the batcher and their activities.
 
-Request params are plain JSON dicts in the Messages API's own shape, so what goes to the API is
-exactly what sits in history (and in the cache key). Nothing secret is ever in here: the API key
-stays in the worker's environment.
+A request's params, a model's reply and the edits in it live in the payload store; these types
+carry their references (`PayloadRef`) and small routing fields only. The inline `params` and
+`message` fields are read for runs and requests made before the store. Nothing secret is ever in
+here: the API key stays in the worker's environment.
 """
 
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from taskfleet.core.models.orchestrator import TaskInput
+from taskfleet.core.models.payload import PayloadRef
 
 # Result types of one request (the Message Batches API's, plus `failed`: taskfleet could not get one)
 REPLY_SUCCEEDED = "succeeded"
@@ -33,10 +35,13 @@ class LLMReply:
 
     custom_id: str
     type: str
-    message: dict = field(default_factory=dict)  # the Message object as JSON
+    message: dict = field(default_factory=dict)  # inline Message: only from before the store
     error: str = ""
     batch_id: str = ""  # "" for a direct call
     usage: LLMUsage = field(default_factory=LLMUsage)
+    message_ref: Optional[PayloadRef] = None  # the Message object as JSON, in the payload store
+    tool_id: str = ""  # its first tool call: what the workflow answers a tool_result to
+    tool_name: str = ""
 
 
 @dataclass
@@ -54,14 +59,27 @@ class ModelUsage:
 
 @dataclass
 class LLMRequest:
-    """What `submit` carries; `enqueued_at` is set by the batcher."""
+    """What `submit` carries: the params by reference (or inline, small, when typed by hand);
+    `enqueued_at` is set by the batcher."""
 
     custom_id: str
     params: dict
     reply_to: str
-    max_batch_size: int = 100
+    max_batch_size: int = 100_000
     max_batch_age_seconds: float = 10.0
     enqueued_at: str = ""
+    params_ref: Optional[PayloadRef] = None
+
+
+@dataclass
+class ModelRequest:
+    """One request as a workflow holds it: the prepared request in the payload store, then the turns
+    added since. Each turn is small; an assistant turn names a stored reply instead of holding it:
+    `{"role": "assistant", "reply": {"key", "size"}}`."""
+
+    prepared: Optional[PayloadRef] = None
+    params: dict = field(default_factory=dict)  # a request prepared before the store
+    turns: list = field(default_factory=list)
 
 
 @dataclass
@@ -72,6 +90,10 @@ class LLMBatchConfig:
     poll_max_seconds: float = 60.0
     api_timeout_seconds: float = 120.0  # one API call's activity timeout
     max_history_events: int = 0  # test hook: continue-as-new past this many events
+    # The API's limits for one Message Batch (100,000 requests, 256 MB): a flush is cut at whichever
+    # comes first; bytes count the stored params, kept under the API's limit with room to spare.
+    max_requests: int = 100_000
+    max_bytes: int = 240_000_000
 
 
 @dataclass
@@ -142,17 +164,26 @@ class LLMBatchStatus:
 
 
 @dataclass
+class BatchEntry:
+    custom_id: str
+    params: PayloadRef
+
+
+@dataclass
 class CreateBatchInput:
     flush_id: str
-    requests: list[dict]  # [{"custom_id", "params"}]
+    requests: list[dict]  # [{"custom_id", "params"}]: requests whose params came inline
     cut_at: str  # when the flush was cut (workflow time): the earliest its batch can have been made
     known_batch_ids: list[str] = field(default_factory=list)  # never adopt one of these
+    entries: list[BatchEntry] = field(default_factory=list)  # the rest: params in the payload store
 
 
 @dataclass
 class CreateBatchOutput:
     batch_id: str
     recovered: bool = False  # an earlier attempt had created it
+    # custom id -> why it was left out (its params could not be read): told to its task as failed
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -182,40 +213,56 @@ class DeliverResultsOutput:
 @dataclass
 class LLMTaskInput:
     task_input: TaskInput
+    # The task's steps keep payloads in the store, prepare and land as local activities (a run
+    # from before that: the steps its history recorded).
+    stored: bool = False
 
 
 @dataclass
 class PreparedRequest:
-    params: dict  # model, max_tokens, system, messages, tools, tool_choice
-    cache_key: str
-    base_commit: str
-    prompt_hash: str
-    cached_edits: Optional[list] = None  # a cache hit: the edits that passed verification before
+    params: dict = field(default_factory=dict)  # inline: only from before the store
+    cache_key: str = ""
+    base_commit: str = ""
+    prompt_hash: str = ""
+    cached_edits: Optional[list] = None  # inline cache hit: only from before the store
     cached_summary: str = ""
+    request: Optional[PayloadRef] = None  # model, max_tokens, system, messages, tools, tool_choice
+    model: str = ""
+    cached: Optional[PayloadRef] = None  # a cache hit: {"edits", "summary"} that passed before
+    task: Optional[PayloadRef] = None  # the TaskInput, for the steps that read it from the store
+    submitted: bool = False  # the request went to the batcher already
 
 
 @dataclass
 class SubmitInput:
-    request: LLMRequest
+    request: LLMRequest  # routing and flush rules; its params come from `model_request`
     batch_workflow_id: str
     task_queue: str
+    model_request: Optional[ModelRequest] = None
 
 
 @dataclass
 class DirectCallInput:
     custom_id: str
-    params: dict
+    params: dict = field(default_factory=dict)  # inline: only from before the store
+    request: Optional[ModelRequest] = None
 
 
 @dataclass
 class ApplyInput:
-    task_input: TaskInput
-    edits: Any  # the model's `edits`, unvalidated: the activity refuses what it cannot apply
+    task_input: Optional[TaskInput] = None  # or stored: `task`
+    edits: Any = None  # inline, unvalidated: only from before the store
     summary: str = ""
     attempt: int = 1
     cache_key: str = ""  # set: store the edits under it when they pass verification
     from_cache: bool = False
     reviewed_commit: str = ""  # a task with a judge: the commit of the attempt the judge sent back
+    # The stored reply whose apply_edits call holds the edits, or a stored {"edits", "summary"}
+    # (a cache hit); the activity refuses what it cannot apply.
+    answer: Optional[PayloadRef] = None
+    task: Optional[PayloadRef] = None
+    hold_landing: bool = False  # with `task`: as TaskInput.hold_landing, report_stages
+    report_stages: bool = False
 
 
 @dataclass

@@ -45,7 +45,7 @@ class TaskSpec:
     context: list[str] = field(default_factory=list)  # repo-relative globs read from the base commit
     max_attempts: int = 2  # model calls per task (the first, then fix rounds)
     llm_batch: bool = True  # false: one direct `messages.create` per request
-    llm_batch_max_size: int = 100
+    llm_batch_max_size: int = 100_000  # the API's limit: a batch is cut by age, requests or bytes
     llm_batch_max_age_seconds: float = 10.0
     # --- the judge: after verify passes and before landing (`judge = "anthropic"` or `judge_run`) ---
     judge: str = ""  # "" (no Claude judge) or "anthropic"

@@ -2,8 +2,10 @@
 
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
+from typing import Optional
 
 from taskfleet.core.models.llm import ModelUsage
+from taskfleet.core.models.payload import PayloadRef
 
 PLAN_PREPARING = "preparing"
 PLAN_ASKING = "asking"
@@ -27,17 +29,39 @@ class PlanInput:
     template: str = "planner.j2"
     # A person usually waits for a plan: one direct call by default; true sends it in a Message Batch.
     llm_batch: bool = False
-    llm_batch_max_size: int = 100
+    llm_batch_max_size: int = 100_000
     llm_batch_max_age_seconds: float = 10.0
 
 
 @dataclass
 class PreparedPlan:
-    params: dict  # the Messages API request: model, max_tokens, system, messages, tools, tool_choice
-    base_commit: str
-    files_listed: int  # of the repository's file list, in the prompt
-    files_total: int
-    prompt_hash: str
+    params: dict = field(default_factory=dict)  # inline: only from before the payload store
+    base_commit: str = ""
+    files_listed: int = 0  # of the repository's file list, in the prompt
+    files_total: int = 0
+    prompt_hash: str = ""
+    request: Optional[PayloadRef] = None  # the Messages API request, in the payload store
+    model: str = ""
+
+
+@dataclass
+class PlanAnswer:
+    """The planner's stored reply, to check with the board parser `taskfleet run` uses."""
+
+    reply: PayloadRef
+    base: str
+    goal: str
+    max_tasks: int
+
+
+@dataclass
+class PlanCheck:
+    """A board that passed (`board_toml`), or why the answer was refused (`problems`)."""
+
+    board_toml: str = ""
+    name: str = ""
+    task_ids: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass
