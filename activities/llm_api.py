@@ -46,7 +46,7 @@ from taskfleet.core.names import (
     ACTIVITY_LLM_SUBMIT,
     LLM_BATCH_WORKFLOW,
     SIGNAL_LLM_REPLY,
-    SIGNAL_LLM_SUBMIT,
+    SIGNAL_SUBMIT,
 )
 
 if TYPE_CHECKING:
@@ -288,7 +288,7 @@ async def submit_request(llm: LLMSettings, params: SubmitInput) -> None:
     params.request.params = {}
     await activity.client().start_workflow(
         LLM_BATCH_WORKFLOW, llm.batch_config(), id=params.batch_workflow_id,
-        task_queue=params.task_queue, start_signal=SIGNAL_LLM_SUBMIT,
+        task_queue=params.task_queue, start_signal=SIGNAL_SUBMIT,
         start_signal_args=[compact(params.request)],
         static_summary="Claude requests of this task queue, sent as Message Batches",
     )

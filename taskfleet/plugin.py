@@ -48,11 +48,11 @@ from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.core.task_env import TaskEnvironment
 from taskfleet.coordination import coordination_worker
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
-from taskfleet.workflows.judge import JudgeWorkflow
+from taskfleet.workflows.judge.workflow import JudgeWorkflow
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
-from taskfleet.workflows.llm_batcher import LLMBatchWorkflow
-from taskfleet.workflows.llm_task import LLMTaskWorkflow
+from taskfleet.workflows.llm.batcher import LLMBatchWorkflow
+from taskfleet.workflows.llm.task import LLMTaskWorkflow
 from taskfleet.workflows.merge_queue import MergeQueueWorkflow
 from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 from taskfleet.workflows.planner import PlannerWorkflow

@@ -17,7 +17,7 @@ from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.llm_ids import llm_batch_workflow_id
 from taskfleet.core.models.llm import LLMBatchStatus
 from taskfleet.testing.standin import StandIn
-from taskfleet.core.names import LLM_BATCH_WORKFLOW, QUERY_LLM_STATUS, SIGNAL_LLM_FLUSH, SIGNAL_LLM_SUBMIT
+from taskfleet.core.names import LLM_BATCH_WORKFLOW, QUERY_STATUS, SIGNAL_FLUSH, SIGNAL_SUBMIT
 from tests.conftest import WorkerProcess, eventually
 from tests.llm_support import FAST_POLLS, standin_env
 from tests.test_llm_tasks import assert_landed, llm_board
@@ -39,7 +39,7 @@ def request(custom_id: str, **extra: object) -> dict:
 
 
 async def status_of(handle) -> LLMBatchStatus:
-    return await handle.query(QUERY_LLM_STATUS, result_type=LLMBatchStatus)
+    return await handle.query(QUERY_STATUS, result_type=LLMBatchStatus)
 
 
 async def test_submit_takes_anything_and_never_wedges(client: Client, make_worker, task_queue, standin):
@@ -52,10 +52,10 @@ async def test_submit_takes_anything_and_never_wedges(client: Client, make_worke
            [request("ok-1", params={"model": "m"})], [{**request("ok-1"), "surprise": 1}], [request("ok-1", max_batch_size=0)]]
     async with make_worker():
         for args in bad:
-            await handle.signal(SIGNAL_LLM_SUBMIT, args=args)
-        await handle.signal(SIGNAL_LLM_SUBMIT, request("good-1"))
-        await handle.signal(SIGNAL_LLM_SUBMIT, request("good-1"))  # a repeat
-        await handle.signal(SIGNAL_LLM_FLUSH)
+            await handle.signal(SIGNAL_SUBMIT, args=args)
+        await handle.signal(SIGNAL_SUBMIT, request("good-1"))
+        await handle.signal(SIGNAL_SUBMIT, request("good-1"))  # a repeat
+        await handle.signal(SIGNAL_FLUSH)
 
         async def delivered() -> LLMBatchStatus:
             status = await status_of(handle)
@@ -78,14 +78,14 @@ async def test_continues_as_new_with_its_state(client: Client, make_worker, task
                                          id=f"llm-batch-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
     async with make_worker():
         for i in range(6):
-            await handle.signal(SIGNAL_LLM_SUBMIT, request(f"r-{i}", max_batch_age_seconds=0))
+            await handle.signal(SIGNAL_SUBMIT, request(f"r-{i}", max_batch_age_seconds=0))
 
             async def sent(i: int = i) -> None:
                 status = await status_of(handle)
                 assert status.stats.results_delivered == i + 1, status.stats
 
             await eventually(sent, timeout=30)
-        await handle.signal(SIGNAL_LLM_SUBMIT, request("r-0"))  # remembered across runs: a repeat
+        await handle.signal(SIGNAL_SUBMIT, request("r-0"))  # remembered across runs: a repeat
         status = await eventually(lambda: _ran_twice(handle), timeout=30)
     assert status.runs >= 2 and status.stats.batches_created == 6 and status.stats.duplicates == 1
     assert standin.calls["batches.create"] == 6
@@ -138,7 +138,7 @@ async def test_an_idle_batcher_flushes_a_request_at_its_age(client: Client, make
                                          id=f"llm-batch-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
     async with make_worker():
         await status_of(handle)  # running and idle
-        await handle.signal(SIGNAL_LLM_SUBMIT, request("aged-1", max_batch_age_seconds=0.5))
+        await handle.signal(SIGNAL_SUBMIT, request("aged-1", max_batch_age_seconds=0.5))
 
         async def delivered() -> None:
             assert (await status_of(handle)).stats.results_delivered == 1

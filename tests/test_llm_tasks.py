@@ -15,7 +15,7 @@ from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.llm_ids import llm_batch_workflow_id, llm_task_workflow_id
 from taskfleet.core.models.llm import LLMBatchStatus
 from taskfleet.core.models.orchestrator import OrchestratorResult
-from taskfleet.core.names import QUERY_LLM_STATUS
+from taskfleet.core.names import QUERY_STATUS
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.testing.standin import StandIn
 from taskfleet.testing.standin import FAKE_API_KEY
@@ -50,7 +50,7 @@ async def run(client: Client, task_queue: str, fx: GitRemoteFixture, text: str, 
 
 async def batcher_status(client: Client, task_queue: str) -> LLMBatchStatus:
     handle = client.get_workflow_handle(llm_batch_workflow_id(task_queue))
-    return await handle.query(QUERY_LLM_STATUS, result_type=LLMBatchStatus)
+    return await handle.query(QUERY_STATUS, result_type=LLMBatchStatus)
 
 
 def assert_landed(result: OrchestratorResult, fx: GitRemoteFixture) -> None:

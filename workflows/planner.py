@@ -39,13 +39,13 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_PLAN_PREPARE,
         ACTIVITY_RECORD_LESSON,
         PLANNER_WORKFLOW,
-        QUERY_PLAN_STATUS,
+        QUERY_STATUS,
         SIGNAL_LLM_REPLY,
     )
     from taskfleet.core.plan_board import BoardRefused, planned_board
     from taskfleet.core.plan_input import InvalidPlanInput, parse_plan_input
 
-from taskfleet.workflows.model_calls import (
+from taskfleet.workflows.llm.calls import (
     QUICK,
     Conversation,
     ModelCalls,
@@ -87,7 +87,7 @@ class PlannerWorkflow:
         """The batcher's answer (a batched plan); malformed or repeated replies are dropped."""
         self.calls.receive(args)
 
-    @workflow.query(name=QUERY_PLAN_STATUS)
+    @workflow.query(name=QUERY_STATUS)
     def status(self) -> PlanStatus:
         return PlanStatus(stage=self.stage, attempts=self.attempts, problems=list(self.problems),
                           usage=self.calls.usage)

@@ -42,15 +42,11 @@ SIGNAL_QUEUE_OUTCOMES = "queue_outcomes"
 SIGNAL_GIT_OPS_LANDED = "git_ops_landed"
 QUERY_PROGRESS = "progress"
 
-# --- LLMBatchWorkflow / LLMTaskWorkflow messages ------------------------------------------------
-SIGNAL_LLM_SUBMIT = "submit"  # to LLMBatchWorkflow: one request to send in the next batch
-SIGNAL_LLM_FLUSH = "flush"
+# --- LLMBatchWorkflow / LLMTaskWorkflow messages (and `flush`, `status`) ------------------------
+SIGNAL_SUBMIT = "submit"  # to LLMBatchWorkflow: one request to send in the next batch
 SIGNAL_LLM_REPLY = "llm_reply"  # to the LLMTaskWorkflow that submitted: its result
-QUERY_LLM_STATUS = "status"
 
-# --- PlannerWorkflow / JudgeWorkflow (the planner and judge roles) --------------------------------
-QUERY_PLAN_STATUS = "status"
-QUERY_JUDGE_STATUS = "status"
+# --- PlannerWorkflow / JudgeWorkflow: the `status` query ------------------------------------------
 SIGNAL_TASK_STAGE = "task_stage"  # to OrchestratorWorkflow: a task moved to another stage
 
 # --- LeaseLockWorkflow (one per guarded resource) ---------------------------------------------

@@ -21,8 +21,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 from taskfleet.workflows.compat import activity_name
-from taskfleet.workflows.judged_task import run_judged_task
-from taskfleet.workflows.llm_dispatch import ANTHROPIC, add_judge_usage, add_llm_usage, run_llm_task
+from taskfleet.workflows.judge.rounds import run_judged_task
+from taskfleet.workflows.llm.dispatch import ANTHROPIC, add_judge_usage, add_llm_usage, run_llm_task
 from taskfleet.workflows.orchestrator.checks import STORE_RETRY, claim_page, store_inline_board
 from taskfleet.workflows.orchestrator.landings import Landings
 from taskfleet.workflows.orchestrator.recorder import BACKLOG_OUTCOMES

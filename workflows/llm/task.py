@@ -52,8 +52,8 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.review_schema import reasons_line, review_text
 
 from taskfleet.workflows.compat import llm_task_reports_stages
-from taskfleet.workflows.judging import add_judging, judge, land, report_stage, with_judging
-from taskfleet.workflows.model_calls import (
+from taskfleet.workflows.judge.ask import add_judging, judge, land, report_stage, with_judging
+from taskfleet.workflows.llm.calls import (
     QUICK,
     Conversation,
     ModelCalls,

@@ -39,12 +39,12 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_JUDGE_RECORD,
         ACTIVITY_JUDGE_VERDICT,
         JUDGE_WORKFLOW,
-        QUERY_JUDGE_STATUS,
+        QUERY_STATUS,
         SIGNAL_LLM_REPLY,
     )
     from taskfleet.core.review_schema import ReviewInvalid, parse_review
 
-from taskfleet.workflows.model_calls import (
+from taskfleet.workflows.llm.calls import (
     QUICK,
     Conversation,
     ModelCalls,
@@ -73,7 +73,7 @@ class JudgeWorkflow:
         """The batcher's answer; malformed or repeated replies are dropped."""
         self.calls.receive(args)
 
-    @workflow.query(name=QUERY_JUDGE_STATUS)
+    @workflow.query(name=QUERY_STATUS)
     def status(self) -> JudgeStatus:
         return JudgeStatus(stage=self.stage, answers=self.answers, problem=self.problem, tally=self._tally())
 

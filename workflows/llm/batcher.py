@@ -47,16 +47,17 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_LLM_DELIVER_RESULTS,
         ACTIVITY_LLM_POLL_BATCH,
         LLM_BATCH_WORKFLOW,
-        QUERY_LLM_STATUS,
-        SIGNAL_LLM_FLUSH,
+        QUERY_STATUS,
+        SIGNAL_FLUSH,
         SIGNAL_LLM_REPLY,
-        SIGNAL_LLM_SUBMIT,
+        SIGNAL_SUBMIT,
     )
 
 from taskfleet.workflows.compat import (
     llm_batcher_continues_between_steps,
     llm_batcher_cuts_at_api_limits,
 )
+from taskfleet.workflows.long_lived import Inbox, continue_as_new_due, refuse, show
 
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
@@ -111,7 +112,8 @@ class LLMBatchWorkflow:
     def __init__(self, config: Any = None, state: Optional[LLMBatchState] = None) -> None:
         self.config = _config(config)
         self.s = state if isinstance(state, LLMBatchState) else LLMBatchState()
-        self._seen = set(self.s.recent_ids)
+        # Requests are held by reference (their params are in the payload store): ids only.
+        self._inbox = Inbox(self.s, RECENT_IDS, CARRY_BYTES, "requests")
         self._creating = ""
         self._wake = False
         self._wait_until: Optional[datetime] = None
@@ -166,11 +168,7 @@ class LLMBatchWorkflow:
         return self._should_continue_as_new() and llm_batcher_continues_between_steps()
 
     def _should_continue_as_new(self) -> bool:
-        info = workflow.info()
-        if info.is_continue_as_new_suggested():
-            return True
-        limit = self.config.max_history_events
-        return bool(limit) and info.get_current_history_length() >= limit
+        return continue_as_new_due(self.config.max_history_events)
 
     def _due(self, at: str) -> bool:
         return not at or datetime.fromisoformat(at) <= workflow.now()
@@ -363,7 +361,7 @@ class LLMBatchWorkflow:
 
     # --- messages --------------------------------------------------------------------------------
 
-    @workflow.signal(name=SIGNAL_LLM_SUBMIT)
+    @workflow.signal(name=SIGNAL_SUBMIT)
     def submit(self, *args: Any) -> None:
         """Queue one request. Takes any input and never raises: a bad one is kept (bounded) under
         `rejected` in `status`; a custom_id seen before is ignored."""
@@ -373,15 +371,11 @@ class LLMBatchWorkflow:
             except InvalidSubmit as err:
                 self._reject(args, str(err))
                 return
-            if request.custom_id in self._seen:
+            if self._inbox.knows(request.custom_id):
                 self.s.stats.duplicates += 1
                 workflow.logger.info("request %s already submitted; ignoring the repeat", request.custom_id)
                 return
-            self._seen.add(request.custom_id)
-            self.s.recent_ids.append(request.custom_id)
-            if len(self.s.recent_ids) > 2 * RECENT_IDS:
-                dropped, self.s.recent_ids = self.s.recent_ids[:-RECENT_IDS], self.s.recent_ids[-RECENT_IDS:]
-                self._seen.difference_update(dropped)
+            self._inbox.remember(request.custom_id)
             request.enqueued_at = workflow.now().isoformat()
             self.s.pending.append(request)
             self.s.stats.submitted += 1
@@ -392,23 +386,18 @@ class LLMBatchWorkflow:
         except Exception as err:  # noqa: BLE001 - an escaping exception would wedge the workflow
             self._reject(args, f"unreadable request ({type(err).__name__})")
 
-    @workflow.signal(name=SIGNAL_LLM_FLUSH)
+    @workflow.signal(name=SIGNAL_FLUSH)
     def flush(self, *args: Any) -> None:
         """Send what is queued now rather than at its age."""
         self.s.flush_requested = True
         self._wake = True
 
-    def _reject(self, raw: Any, reason: str) -> None:
-        try:
-            what = describe(raw)
-        except Exception:  # noqa: BLE001
-            what = "<unprintable>"
-        workflow.logger.warning("rejected an LLM request %s: %s", what, reason)
+    def _reject(self, args: tuple[Any, ...], reason: str) -> None:
         self.s.stats.rejected += 1
-        entry = RejectedSubmit(what=what, reason=reason[:300], at=workflow.now().isoformat())
-        self.s.rejected = (self.s.rejected + [entry])[-RECENT_REJECTIONS:]
+        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, SIGNAL_SUBMIT, args, reason,
+                                 lambda _, what, why, at: RejectedSubmit(what=describe(what), reason=why, at=at), 300)
 
-    @workflow.query(name=QUERY_LLM_STATUS)
+    @workflow.query(name=QUERY_STATUS)
     def status(self) -> LLMBatchStatus:
         return LLMBatchStatus(
             pending=[r.custom_id for r in self.s.pending], in_flight=self.s.in_flight,
@@ -419,8 +408,6 @@ class LLMBatchWorkflow:
     def _refresh_details(self) -> None:
         st = self.s.stats
         lines = [
-            "**Claude requests → Message Batches**",
-            "",
             f"- pending: {len(self.s.pending)}" + (f" (creating {self._creating})" if self._creating else ""),
             f"- in flight: {len(self.s.in_flight)} batch(es)",
         ]
@@ -431,4 +418,4 @@ class LLMBatchWorkflow:
                      f"requests: {st.submitted}, results delivered: {st.results_delivered}")
         lines.append(f"- duplicates ignored: {st.duplicates}, rejected: {st.rejected}, unknown results: "
                      f"{st.unknown_results}")
-        workflow.set_current_details("\n".join(lines))
+        show("**Claude requests → Message Batches**", lines)

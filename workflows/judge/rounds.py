@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.names import ACTIVITY_RUN_TASK
     from taskfleet.core.review_schema import reasons_line
 
-from taskfleet.workflows.judging import add_judging, judge, land, with_judging
+from taskfleet.workflows.judge.ask import add_judging, judge, land, with_judging
 
 # A stage change: (stage, the last verdict).
 OnStage = Callable[[str, str], None]
