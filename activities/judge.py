@@ -20,9 +20,9 @@ from typing import Any
 from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
-from taskfleet.activities.processes.executor import run_command
-from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
+from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
 from taskfleet.activities.git.worktrees import BranchCheckedOut
+from taskfleet.activities.workspace import Workspace
 from taskfleet.activities.model_io.payload_store import PayloadStore
 from taskfleet.activities.llm_api import submit_request
 from taskfleet.activities.model_io.stored_calls import stored_edits, stored_task, tool_input
@@ -166,14 +166,14 @@ def review_of(data: Any) -> Review:
 
 class JudgeActivities:
     def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache,
-                 results: ResultCache, tasks: Any, store: PayloadStore) -> None:
+                 results: ResultCache, workspace: Workspace, store: PayloadStore) -> None:
         self.settings = settings
         self.llm = llm
         self.store = store
         self.lessons = lessons
         self.templates = templates
         self.results = results
-        self.tasks = tasks  # TaskActivities: its worktree pool, executor records and stragglers
+        self.workspace = workspace
 
     def activities(self) -> list[Any]:
         return [self.prepare, self.run_command, self.record, self.verdict]
@@ -326,27 +326,21 @@ class JudgeActivities:
         log_path = run_dir / f"{task_file_stem(task.id)}.log"
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         try:
-            worktree = await self.tasks.worktrees.take(params.repo, task.branch, request.commit, heartbeat)
+            async with self.workspace.checkout(params.repo, task.branch, request.commit, heartbeat) as worktree:
+                env = {**_without_api_keys(), "TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
+                       "TASKFLEET_BASE": params.base, "TASKFLEET_WORKTREE": str(worktree.path),
+                       "TASKFLEET_COMMIT": request.commit, "TASKFLEET_BASE_COMMIT": seen.base_commit,
+                       "TASKFLEET_PROMPT_FILE": str(files["prompt.md"])}
+                no_detached_git_maintenance(env)
+                with open(log_path, "a+b") as log, open(files["diff"], "rb") as diff, \
+                        open(files["out"], "w+b") as out:
+                    async with self.workspace.commands(heartbeat) as run:
+                        ran = await run(task.judge_run, worktree.path, env, log, task.timeout_seconds, "judge",
+                                        stdin=diff, stdout=out)
+                    out.seek(0)
+                    stdout = out.read(64 * 1024).decode(errors="replace")
         except BranchCheckedOut as err:
             raise needs_a_person(err) from None
-        token = self.tasks.executors.new_token()
-        env = {**_without_api_keys(), "TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
-               "TASKFLEET_BASE": params.base, "TASKFLEET_WORKTREE": str(worktree.path),
-               "TASKFLEET_COMMIT": request.commit, "TASKFLEET_BASE_COMMIT": seen.base_commit,
-               "TASKFLEET_PROMPT_FILE": str(files["prompt.md"]), TOKEN_VARIABLE: token}
-        no_detached_git_maintenance(env)
-        try:
-            with open(log_path, "a+b") as log, open(files["diff"], "rb") as diff, open(files["out"], "w+b") as out:
-                ran = await run_command(task.judge_run, worktree.path, env, log, task.timeout_seconds, heartbeat,
-                                        "judge", on_start=lambda pgid: self.tasks.executors.record(token, pgid),
-                                        stdin=diff, stdout=out)
-                out.seek(0)
-                stdout = out.read(64 * 1024).decode(errors="replace")
-        finally:
-            try:
-                await self.tasks.end_token(token)
-            finally:
-                self.tasks.worktrees.give_back(worktree)
         review = command_review(None if ran.timed_out else ran.exit_code, stdout, task.judge_run, task.timeout_seconds)
         outcome.review, outcome.tally.calls = review, 1
         count(outcome.tally, review)

@@ -20,8 +20,8 @@ from taskfleet.activities.services.lessons_index import LessonsIndex
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.git.work_commit import commit_tree
-from taskfleet.activities.processes.executor import run_command, tail
-from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, TOKEN_VARIABLE, task_key
+from taskfleet.activities.processes.executor import tail
+from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, task_key
 from taskfleet.activities.git.git_op_application import OpFailed, commit_env
 from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
 from taskfleet.activities.model_io.payload_store import PayloadStore
@@ -35,7 +35,8 @@ from taskfleet.activities.llm_api import submit_request
 from taskfleet.activities.git.queue_entry import base_commit_of
 from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
-from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut
+from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, Worktree
+from taskfleet.activities.workspace import Workspace
 from taskfleet.activities.processes.executor_policy import task_env_problem
 from taskfleet.activities.task_landing import submit_landing
 from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
@@ -93,14 +94,14 @@ SHARED_RULES = (
 
 class LLMActivities:
     def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache,
-                 results: ResultCache, tasks: Any, store: PayloadStore) -> None:
+                 results: ResultCache, workspace: Workspace, store: PayloadStore) -> None:
         self.settings = settings
         self.llm = llm
         self.store = store
         self.lessons = lessons
         self.templates = templates
         self.results = results
-        self.tasks = tasks  # TaskActivities: its worktree pool, and how task processes start and end
+        self.workspace = workspace
 
     def activities(self) -> list[Any]:
         return [self.prepare, self.apply, self.record_failure]
@@ -192,19 +193,20 @@ class LLMActivities:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
-        self.tasks.refuse_state_dir_inside(task.id, task_input.repo)
+        space = self.workspace
+        space.refuse_state_dir_inside(f"task {task.id}", task_input.repo)
         problem = task_env_problem(task.env)
         if problem:
             raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup", non_retryable=True)
         if activity.info().attempt > 1:
-            await self.tasks.end_earlier_attempts(task_input.run_key, task.id)
+            await space.end_earlier_attempts(task_input.run_key, task.id)
         if params.answer is not None:
             params.edits, params.summary = await stored_edits(self.store, params.answer)
         if task_input.report_stages:
             await report_stage(task_input, STAGE_VERIFYING)
         try:
             base_commit = base_commit_of(task_input)
-            resumed = await self.tasks.worktrees.resumable(
+            resumed = await space.worktrees.resumable(
                 task_input.repo, task.branch, base_commit, task.id, task_input.run_key
             )
         except OpFailed as err:
@@ -218,66 +220,63 @@ class LLMActivities:
                 await submit_landing(task_input, result)
             return result
         try:
-            worktree = await self.tasks.worktrees.take(task_input.repo, task.branch, base_commit, heartbeat)
+            async with space.checkout(task_input.repo, task.branch, base_commit, heartbeat) as worktree:
+                result.setup_seconds = worktree.setup_seconds
+                await self._verify_and_commit(params, task_input, worktree, log_path, result)
         except BranchCheckedOut as err:
             raise needs_a_person(err) from None
-        result.setup_seconds = worktree.setup_seconds
-        try:
-            with open(log_path, "a+b") as log:
-                source = "cached edits" if params.from_cache else f"attempt {params.attempt}"
-                log.write(f"\n[taskfleet] {source}: {params.summary}\n".encode())
-                try:
-                    touched = await asyncio.to_thread(apply_edits, worktree.path, params.edits)
-                except EditRefused as err:
-                    result.failure_type, result.reason = "edits_refused", f"edits refused: {err}"
-                    log.write(f"[taskfleet] {result.reason}\n".encode())
-                    result.output_tail = tail(log)
-                    return result
-                log.write(f"[taskfleet] applied edits to {', '.join(touched)}\n".encode())
-                # The commit holds the model's edits, never what verification leaves behind.
-                # Snapshotted in process from the paths the edits touched (no index, no git
-                # process), else staged by git.
-                if not await self.tasks.worktrees.snapshot(worktree, known=touched):
-                    await asyncio.to_thread(_stage, worktree.path, touched)
-                token = self.tasks.executors.new_token()  # as a command task's: reaped if the worker dies
-                # The task's own variables: the executor adds only what the worker's rules give a
-                # task (never the API key, nor any other credential the operator did not allow).
-                env = {"TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
-                       "TASKFLEET_BASE": task_input.base, "TASKFLEET_WORKTREE": str(worktree.path),
-                       TOKEN_VARIABLE: token, TASK_KEY_VARIABLE: task_key(task_input.run_key, task.id)}
-                try:
-                    verified = await run_command(task.verify, worktree.path, env, log, task.timeout_seconds,
-                                                 lambda: activity.heartbeat(task.id), "verify",
-                                                 on_start=lambda pgid: self.tasks.executors.record(token, pgid))
-                finally:  # nothing of it outlives the step; then it is journalled as ended
-                    await self.tasks.end_token(token)
-                result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
-                result.output_tail = tail(log)
-            if verified.timed_out or verified.exit_code != 0:
-                result.failure_type = "timeout" if verified.timed_out else "verify_failed"
-                result.reason = (f"verification `{task.verify}` timed out after {task.timeout_seconds:g}s"
-                                 if verified.timed_out else f"verification `{task.verify}` exited with {verified.exit_code}")
-                return result
-            if worktree.tree:
-                result.commit = await asyncio.to_thread(
-                    commit_tree, worktree.path, task.branch, worktree.base_commit, worktree.tree,
-                    _message(task.id, task.scope, task_input.run_key, params.summary))
-            else:
-                result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope,
-                                                        task_input.run_key, params.summary)
-            result.status, result.cache_hit = TASK_SUCCEEDED, params.from_cache
-            if task_input.hold_landing:
-                return result  # its judge decides; the edits are kept (and the commit lands) once approved
-            if params.cache_key and not params.from_cache:
-                self.results.put(f"llm:{params.cache_key}", {"edits": params.edits, "summary": params.summary})
-            await submit_landing(task_input, result)
-            return result
         finally:
-            self.tasks.worktrees.give_back(worktree)
             result.seconds = time.monotonic() - started
             if result.status == TASK_FAILED and result.failure_type:
                 await self._record(task_input, result.failure_type, f"{result.reason}\n{result.output_tail[-1500:]}",
                                    result.log_path)
+        return result
+
+    async def _verify_and_commit(self, params: ApplyInput, task_input: TaskInput, worktree: Worktree,
+                                 log_path: Path, result: TaskResult) -> None:
+        """The model's edits applied, verified and committed (landed unless a judge holds them)."""
+        task, space = task_input.task, self.workspace
+        with open(log_path, "a+b") as log:
+            source = "cached edits" if params.from_cache else f"attempt {params.attempt}"
+            log.write(f"\n[taskfleet] {source}: {params.summary}\n".encode())
+            try:
+                touched = await asyncio.to_thread(apply_edits, worktree.path, params.edits)
+            except EditRefused as err:
+                result.failure_type, result.reason = "edits_refused", f"edits refused: {err}"
+                log.write(f"[taskfleet] {result.reason}\n".encode())
+                result.output_tail = tail(log)
+                return
+            log.write(f"[taskfleet] applied edits to {', '.join(touched)}\n".encode())
+            # The commit holds the model's edits, never what verification leaves behind:
+            # snapshotted from the paths the edits touched, else staged by git.
+            if not await space.worktrees.snapshot(worktree, known=touched):
+                await asyncio.to_thread(_stage, worktree.path, touched)
+            # The task's own variables: the executor adds only what the worker's rules give a task
+            # (never the API key, nor any other credential the operator did not allow).
+            env = {"TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch, "TASKFLEET_BASE": task_input.base,
+                   "TASKFLEET_WORKTREE": str(worktree.path), TASK_KEY_VARIABLE: task_key(task_input.run_key, task.id)}
+            async with space.commands(lambda: activity.heartbeat(task.id)) as run:
+                verified = await run(task.verify, worktree.path, env, log, task.timeout_seconds, "verify")
+            result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
+            result.output_tail = tail(log)
+        if verified.timed_out or verified.exit_code != 0:
+            result.failure_type = "timeout" if verified.timed_out else "verify_failed"
+            result.reason = (f"verification `{task.verify}` timed out after {task.timeout_seconds:g}s"
+                             if verified.timed_out else f"verification `{task.verify}` exited with {verified.exit_code}")
+            return
+        if worktree.tree:
+            result.commit = await asyncio.to_thread(
+                commit_tree, worktree.path, task.branch, worktree.base_commit, worktree.tree,
+                _message(task.id, task.scope, task_input.run_key, params.summary))
+        else:
+            result.commit = await asyncio.to_thread(_commit, worktree.path, task.id, task.scope,
+                                                    task_input.run_key, params.summary)
+        result.status, result.cache_hit = TASK_SUCCEEDED, params.from_cache
+        if task_input.hold_landing:
+            return  # its judge decides; the edits are kept (and the commit lands) once approved
+        if params.cache_key and not params.from_cache:
+            self.results.put(f"llm:{params.cache_key}", {"edits": params.edits, "summary": params.summary})
+        await submit_landing(task_input, result)
 
     @activity.defn(name=ACTIVITY_LLM_RECORD_FAILURE)
     async def record_failure(self, params: FailureInput) -> None:

@@ -92,7 +92,7 @@ class WorkerServices:
             self.payloads = payload_store(settings.payload_store, settings.payloads_dir)
         except ValueError as err:
             raise StartupError(str(err)) from None
-        memory = (self.lessons, self.templates, self.result_cache, self.tasks, self.payloads)
+        memory = (self.lessons, self.templates, self.result_cache, self.workspace, self.payloads)
         self.llm = LLMActivities(settings, llm, *memory)
         self.llm_api = LLMApiActivities(llm, self.payloads)
         self.plans = PlanActivities(llm, self.lessons, self.templates, self.payloads)
