@@ -3,7 +3,7 @@ environment variable the code reads is on docs/reference/environment.md (and onl
 
 from __future__ import annotations
 
-from tests.reference_docs import GENERATED, ROOT, variables_in_code, variables_in_page
+from tests.reference_docs import GENERATED, ROOT, missing_raw_inputs, variables_in_code, variables_in_page
 
 # Named by the deployment files, not by the product's code.
 DEPLOYMENT_ONLY = {"TASKFLEET_REPOS_DIR"}
@@ -21,3 +21,7 @@ def test_every_environment_variable_is_documented_and_every_documented_one_is_re
     assert documented - in_code - DEPLOYMENT_ONLY == set(), "documented, but the code never reads them"
     compose = (ROOT / "docker-compose.yml").read_text()
     assert all(name in compose for name in DEPLOYMENT_ONLY)
+
+
+def test_every_handler_that_takes_raw_input_says_what_it_accepts():
+    assert missing_raw_inputs() == [], "describe them in tests/reference_docs.py RAW_INPUTS"
