@@ -31,7 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from taskfleet.core.search_attributes import ALL
 from taskfleet.devserver.server import find_temporal_cli
-from taskfleet.testing.scale import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
+from tests.scale_support import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
 from taskfleet.testing import make_git_remote
 
 TASK_QUEUE = "bench-scale"

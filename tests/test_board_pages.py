@@ -12,7 +12,7 @@ from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
 from taskfleet.core.models.orchestrator import Board, OrchestratorInput, OrchestratorResult, TaskSpec
 from taskfleet.core.names import ORCHESTRATOR_WORKFLOW
-from taskfleet.testing.scale import history_figures
+from tests.scale_support import history_figures
 from tests.conftest import eventually, git, save_history
 
 WRITE = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'

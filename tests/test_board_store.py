@@ -27,7 +27,7 @@ from taskfleet.core.models.board_store import (
 )
 from taskfleet.core.models.orchestrator import Board, TaskOutcome, TaskSpec
 from taskfleet.core.run_store import RunStoreError, append_outcomes, iter_outcomes, run_ref
-from taskfleet.testing.scale import page_starts, write_noop_board
+from tests.scale_support import page_starts, write_noop_board
 from tests.conftest import git
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from taskfleet.core.models.board_store import RESULT_MAX_TASKS
-from taskfleet.testing.scale import write_noop_board
+from tests.scale_support import write_noop_board
 from tests.test_cli_run import cli
 
 TASKS = RESULT_MAX_TASKS + 150

@@ -12,7 +12,7 @@ import pytest
 from taskfleet.clients.board_store import store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
-from taskfleet.testing.scale import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
+from tests.scale_support import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
 from tests.conftest import WorkerProcess
 
 pytestmark = pytest.mark.heavy(seconds=100)  # one of the longest files: `make test` starts it early

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from taskfleet.testing.scale import history_figures
+from tests.scale_support import history_figures
 
 
 @workflow.defn(name="ChainOfBlobs", sandboxed=False)
