@@ -1,4 +1,4 @@
-"""Measuring at fleet scale (for tests and benchmarks (tests, `benchmarks/scale.py`): no-op boards of any size, which show
+"""Measuring at fleet scale (tests, `benchmarks/scale.py`): no-op boards of any size, which show
 what the orchestrator costs per task, and what a run's recorded history weighs, read across every
 run of a workflow one event at a time."""
 
