@@ -1,11 +1,7 @@
-"""The judge's activities: the request a Claude judge answers (kept in the payload store), its
-stored answer checked against `submit_review`, a judge command run in the task's worktree with the
-diff on stdin, and what a verdict leaves behind (result cache, lessons).
-
-Both kinds of judge see the same things: the task's diff against its base, its scope and
-acceptance, the end of its verify output and the lessons of earlier reviews (`activity_type`
-"judge"), rendered through the task's `judge_template`.
-"""
+"""The judge's activities: a Claude judge's request (in the payload store) and its answer checked
+against `submit_review`, or a judge command in the task's worktree with the diff on stdin; a verdict
+leaves a cached result and a lesson. Both kinds see the task's diff, scope, acceptance, verify
+output and earlier judge lessons, through its `judge_template`."""
 
 from __future__ import annotations
 
@@ -201,7 +197,7 @@ class JudgeActivities:
 
     @staticmethod
     def _read(params: TaskInput, commit: str) -> tuple[str, str, str, str]:
-        """The task's base commit (where its branch left the base), the commit's tree, the diff, its stat."""
+        """The task's base commit (where its branch left base), the commit's tree, diff, stat."""
         repo = params.repo
         base = ""
         for ref in (f"refs/heads/{params.base}", f"refs/remotes/{params.remote}/{params.base}"):
@@ -223,10 +219,8 @@ class JudgeActivities:
 
     @activity.defn(name=ACTIVITY_JUDGE_PREPARE)
     async def prepare(self, request: JudgeRequest, submit: SubmitInput | None = None) -> Any:
-        """The judge's request (rules as a cached system prefix, the rendered template as the user
-        turn, `submit_review` forced) in the payload store, its cache key, and the verdict cached
-        for it if any. With `submit`, the request goes to the batcher now (unless the cache
-        answered)."""
+        """The stored request (rules as a cached system prefix, `submit_review` forced), its cache
+        key and any cached verdict; with `submit`, sent to the batcher unless cached."""
         params = request.task_input
         if params is None:  # stored by the task's own steps
             assert request.task is not None

@@ -1,10 +1,7 @@
 """The task side of the Claude implementer's activities: a task's request prepared (prompt, context
-files, cache key) and stored, the model's edits read from its stored reply and applied in a
-worktree, verified, committed and landed, and a failed attempt kept as a lesson. Sending the
-request is `llm_api.py`'s.
-
-Each is short: no activity waits for the model (the workflows do, on timers and signals).
-"""
+files, cache key) and stored; the model's edits from its stored reply applied in a worktree,
+verified, committed and landed; a failed attempt kept as a lesson. None waits for the model (the
+workflows do); sending the request is `llm_api.py`'s."""
 
 from __future__ import annotations
 
@@ -110,10 +107,8 @@ class LLMActivities:
 
     @activity.defn(name=ACTIVITY_LLM_PREPARE)
     async def prepare(self, params: TaskInput, submit: SubmitInput | None = None) -> Any:
-        """The request (template + lessons as a cached system prefix, task + context files as the user
-        turn, one forced tool) in the payload store, its cache key, and the edits kept for that key
-        (stored too) if it was seen before; the task's input is stored for the later steps. With
-        `submit`, the request goes to the batcher now (unless the cache answered): one step."""
+        """The stored request (template and lessons as a cached system prefix, one forced tool), its
+        cache key, any cached edits and the stored task; with `submit`, sent unless cached."""
         task = params.task
         base_commit, tree, files = await asyncio.to_thread(self._read_base, params)
         system = await render_task_prompt(self.templates, self.lessons, params)
@@ -133,8 +128,7 @@ class LLMActivities:
         request = {
             "model": task.model or self.llm.default_model,
             "max_tokens": task.max_tokens,
-            # Two cache breakpoints: the prefix every task shares (tool + taskfleet's rules) is read
-            # from the prompt cache across a batch; the task's own prompt, across its fix rounds.
+            # Two cache breakpoints: the shared rules (across a batch), the task's (across fixes).
             "system": [{"type": "text", "text": SHARED_RULES, "cache_control": {"type": "ephemeral"}},
                        {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": "user", "content": [{"type": "text", "text": "\n".join(user)}]}],
@@ -162,7 +156,7 @@ class LLMActivities:
         task = params.task
         repo = Repo(params.repo)
         try:
-            # A re-run after the merge queue sent the change back starts from the tip it was judged on.
+            # A re-run after the merge queue sent it back starts from the tip it was judged on.
             queued = params.queue.start_commit if params.queue is not None else ""
             commit = queued or base_commit(repo, params.base, params.remote)
             tree = repo.git.rev_parse(f"{commit}^{{tree}}")
@@ -247,12 +241,10 @@ class LLMActivities:
                 result.output_tail = tail(log)
                 return
             log.write(f"[taskfleet] applied edits to {', '.join(touched)}\n".encode())
-            # The commit holds the model's edits, never what verification leaves behind:
-            # snapshotted from the paths the edits touched, else staged by git.
+            # The commit holds the model's edits, never what verification leaves behind.
             if not await space.worktrees.snapshot(worktree, known=touched):
                 await asyncio.to_thread(_stage, worktree.path, touched)
-            # The task's own variables: the executor adds only what the worker's rules give a task
-            # (never the API key, nor any other credential the operator did not allow).
+            # The executor adds only what the worker's rules give a task: never the API key.
             env = {"TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch, "TASKFLEET_BASE": task_input.base,
                    "TASKFLEET_WORKTREE": str(worktree.path), TASK_KEY_VARIABLE: task_key(task_input.run_key, task.id)}
             async with space.commands(lambda: activity.heartbeat(task.id)) as run:
@@ -280,7 +272,7 @@ class LLMActivities:
 
     @activity.defn(name=ACTIVITY_LLM_RECORD_FAILURE)
     async def record_failure(self, params: FailureInput) -> None:
-        """A failed attempt that never reached the worktree (the API refused, expired, no tool call)."""
+        """A failed attempt that never reached a worktree (API refusal, expiry, no tool call)."""
         await self._record(params.task_input, params.failure_type, params.reason, "")
 
     async def _record(self, task_input: TaskInput, failure_type: str, message: str, log: str) -> None:
@@ -328,8 +320,7 @@ def _commit(worktree: Path, task_id: str, scope: str, run_key: str, summary: str
     repo = Repo(worktree)
     try:
         title, body = _title_body(task_id, scope, run_key, summary)
-        # Hooks off, as for a command task's commit: a hook is code in the clone, and it would run
-        # in the worker's own environment.
+        # Hooks off, as for a command task: a hook is the clone's code, run in the worker's env.
         repo.git(c="core.hooksPath=/dev/null").commit("--no-verify", "--allow-empty", "-m", title[:200],
                                                       "-m", body[:4000], env=commit_env(repo))
         return repo.head.commit.hexsha

@@ -1,13 +1,7 @@
-"""The Claude API side of the implementer's activities: requests sent (one `messages.create`, or
-through the queue's `LLMBatchWorkflow` as Message Batches), batches created and polled, results
-delivered to the tasks that wait for them.
-
-Each is short: no activity waits for a batch (the workflows do, on timers and signals). Requests
-and replies travel through the payload store: these activities read a request's params from it just
-before the API call and store each reply, so workflows hold references only. The API key and
-endpoint come from the worker's environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, read by
-the SDK); nothing secret enters a payload, a log line or an error message.
-"""
+"""The Claude API side of the implementer's activities: requests sent (one `messages.create`, or as
+Message Batches through `LLMBatchWorkflow`), batches created and polled, results delivered. None
+waits for a batch; requests and replies go through the payload store (workflows hold references);
+the API key comes from the worker's environment and never enters a payload, log or error."""
 
 from __future__ import annotations
 
@@ -52,16 +46,15 @@ from taskfleet.core.names import (
 if TYPE_CHECKING:
     import anthropic
 
-# A batch this much older than its flush cannot be the flush's (clocks of worker and API may differ).
+# Worker and API clocks may differ: a batch this much older than its flush is not the flush's.
 CLOCK_SKEW = timedelta(minutes=10)
 RETRYABLE_STATUS = {408, 409, 429}
 DELIVERIES = 16  # results signalled to their tasks at once
 
 
 def sdk() -> Any:
-    """The `anthropic` SDK, imported on first use. Importing it takes over a second of CPU, which
-    every worker start (and every worker process a test or a pod starts) would pay, though a worker
-    whose boards never call Claude never needs it."""
+    """The `anthropic` SDK, imported on first use: its import costs over a second of CPU, which a
+    worker whose boards never call Claude should not pay."""
     import anthropic
 
     return anthropic
@@ -75,7 +68,7 @@ def _api_error_message(err: anthropic.APIStatusError) -> str:
 
 
 def _raise_api(err: Exception, what: str) -> None:
-    """An API failure as an ApplicationError: retryable unless the API refused the request itself."""
+    """An API failure as an ApplicationError: retryable unless the API refused the request."""
     if isinstance(err, sdk().APIStatusError):
         retryable = err.status_code in RETRYABLE_STATUS or err.status_code >= 500
         raise ApplicationError(f"{what}: {_api_error_message(err)}", type="AnthropicAPIError",
@@ -104,8 +97,8 @@ class LLMApiActivities:
         return [self.submit, self.call_direct, self.create_batch, self.poll_batch, self.deliver_results]
 
     async def preload(self) -> None:
-        """Import the SDK now, off the event loop, if this worker is set up to call Claude: its first
-        request should not stall the worker's other activities for the import."""
+        """Import the SDK now, off the event loop, if this worker may call Claude: its first request
+        should not stall the worker's other activities for the import."""
         if os.environ.get("ANTHROPIC_API_KEY"):
             await asyncio.to_thread(sdk)
 
@@ -133,7 +126,7 @@ class LLMApiActivities:
 
     @activity.defn(name=ACTIVITY_LLM_CALL_DIRECT)
     async def call_direct(self, params: DirectCallInput) -> LLMReply:
-        """One `messages.create` (llm_batch = false). A request the API refuses is an `errored` reply."""
+        """One `messages.create` (llm_batch = false); a request the API refuses: `errored`."""
         body = await request_params(self.store, params.request) if params.request else params.params
         try:
             message = await self.client().messages.create(**body)
@@ -150,10 +143,8 @@ class LLMApiActivities:
 
     @activity.defn(name=ACTIVITY_LLM_CREATE_BATCH)
     async def create_batch(self, params: CreateBatchInput) -> CreateBatchOutput:
-        """ONE `messages.batches.create` per flush, its params read from the payload store (a
-        request whose params cannot be read is left out, with the reason). `create` has no
-        idempotency key, so a retry first looks for the batch an earlier attempt made (a crash may
-        have lost its answer)."""
+        """ONE `messages.batches.create` per flush (a request whose params cannot be read is left
+        out); `create` has no idempotency key, so a retry first looks for an earlier attempt's."""
         requests, left_out = await self._batch_requests(params)
         out = CreateBatchOutput(batch_id="", left_out=left_out)
         if not requests:
@@ -166,7 +157,7 @@ class LLMApiActivities:
                 out.batch_id, out.recovered = found, True
                 return out
         try:
-            # No SDK retry here: a timed-out create may have succeeded; the next attempt looks first.
+            # No SDK retry: a timed-out create may have succeeded; the next attempt looks first.
             once = client.with_options(max_retries=0, timeout=max(self.llm.api_timeout_seconds - 5, 5))
             batch = await once.messages.batches.create(requests=requests)
         except sdk().APIError as err:
@@ -198,9 +189,8 @@ class LLMApiActivities:
 
     async def _find_earlier_batch(self, client: anthropic.AsyncAnthropic, params: CreateBatchInput,
                                   count: int) -> str:
-        """The marker: a batch created since the flush was cut, with exactly its number of requests,
-        that this batcher has not recorded. Results are matched by custom_id afterwards, so a wrong
-        pick shows up as missing results (failed attempts), never as another task's edits."""
+        """A batch created since the flush was cut, with exactly its request count, not recorded; a
+        wrong pick shows as missing results (matched by custom_id), never another task's edits."""
         try:
             page = await client.messages.batches.list(limit=100)
         except sdk().APIError as err:
@@ -227,10 +217,8 @@ class LLMApiActivities:
 
     @activity.defn(name=ACTIVITY_LLM_DELIVER_RESULTS)
     async def deliver_results(self, params: DeliverResultsInput) -> DeliverResultsOutput:
-        """Read the batch's results (unordered) and signal each request's workflow by custom_id.
-
-        Results go straight to the waiting task, so bulk output never enters the batcher's history.
-        A retry re-sends; each task keeps the first reply per custom_id."""
+        """Each result (unordered) signalled to its task by custom_id, so bulk output never enters
+        the batcher's history; a retry re-sends, and each task keeps its first reply."""
         routes = dict(zip(params.custom_ids, params.reply_to))
         out = DeliverResultsOutput()
         seen: set[str] = set()
@@ -279,7 +267,7 @@ class LLMApiActivities:
         reply = await stored_reply(self.store, reply)
         try:
             await temporal.get_workflow_handle(workflow_id).signal(SIGNAL_LLM_REPLY, compact(reply))
-        except Exception as err:  # noqa: BLE001 - a finished or vanished task is not the batch's failure
+        except Exception as err:  # noqa: BLE001 - a finished task is not the batch's failure
             activity.logger.warning("could not deliver %s to %s: %s", reply.custom_id, workflow_id, err)
 
 

@@ -121,7 +121,7 @@ class PlanActivities:
     def _read(self, params: PlanInput) -> tuple[str, list[str], list[tuple[str, str]]]:
         try:
             repo = Repo(params.repo)
-        except Exception as err:  # noqa: BLE001 - no such folder, not a repository: one line, no retry
+        except Exception as err:  # noqa: BLE001 - not a repository: one line, no retry
             raise ApplicationError(f"plan: {params.repo} is not a git repository here ({type(err).__name__})",
                                    type="BadTaskSetup", non_retryable=True) from None
         try:

@@ -1,10 +1,7 @@
-"""`TaskfleetPlugin`: adds taskfleet's workflows and activities to any Temporal worker.
-
-The plugin owns the worker-memory services (lessons index, prompt template cache, result cache) and
-the activity objects that read them. They start in the worker's run context (once per worker start,
-so a broken template or unreadable file stops that start with one clear line) and never on a
-`Replayer`, which only replays history and must not touch the file system.
-"""
+"""`TaskfleetPlugin`: adds taskfleet's workflows and activities to any Temporal worker. It owns the
+worker-memory services (lessons index, template cache, result cache) and the activities that read
+them: they start in the worker's run context (a broken template stops that start with one clear
+line), never on a `Replayer`, which must not touch the file system."""
 
 from __future__ import annotations
 
@@ -61,21 +58,17 @@ log = logging.getLogger("taskfleet.plugin")
 
 WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
                          LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow, PlannerWorkflow, JudgeWorkflow]
-# How often a worker drops the worktree registrations of dead workers (their presence lease expired).
+# How often a worker drops dead workers' worktree registrations (their presence lease expired).
 SWEEP_SECONDS = 10.0
 
-# Modules a user's sandboxed workflow may import (directly, or through `from taskfleet import
-# TaskfleetPlugin` at the top of its module) without the sandbox re-importing them: GitPython runs
-# `git` when first imported, which the sandbox forbids.
+# Modules a user's sandboxed workflow may import (through `from taskfleet import TaskfleetPlugin`
+# too) unsandboxed: GitPython runs `git` when first imported, which the sandbox forbids.
 SANDBOX_PASSTHROUGH = ("taskfleet", "git", "gitdb", "smmap", "jinja2", "markupsafe", "anthropic", "httpx")
 
 
 class WorkerServices:
-    """The worker-memory services and the objects whose bound methods are our activities.
-
-    Building them is cheap; loading (lessons file, template compilation, cache database) happens in
-    `running()`.
-    """
+    """The worker-memory services and the objects whose bound methods are our activities; cheap to
+    build: loading (lessons, templates, cache database) happens in `running()`."""
 
     def __init__(self, settings: TaskfleetSettings) -> None:
         self.settings = settings
@@ -243,15 +236,8 @@ class TaskfleetPlugin(SimplePlugin):
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Two worker settings, after SimplePlugin's own:
-
-        Cancel in about a second: a cancel reaches a running task only in a heartbeat's answer,
-        and the SDK sends heartbeats at most every min(0.8 x heartbeat timeout, this worker's
-        `max_heartbeat_throttle_interval`), i.e. every 24 s for our 30 s heartbeat timeout. Lowered
-        to 1 s, only when the user left the SDK's default (60 s) in place.
-
-        Worker Versioning: our workflows declare a versioning behavior, which an unversioned
-        worker must not send (see taskfleet/versioning.py)."""
+        """A cancel reaches a task only in a heartbeat's answer: throttled to 1 s, not the SDK's
+        60 s (unless set); an unversioned worker must not send our versioning behavior."""
         from taskfleet.versioning import UnversionedRunner, uses_worker_versioning
 
         config = super().configure_worker(config)
@@ -277,9 +263,8 @@ class TaskfleetPlugin(SimplePlugin):
                 await next(worker)
 
     def _coordination(self, worker: Worker) -> AbstractAsyncContextManager[Any]:
-        """The lease locks' task queue, polled beside the worker's own (taskfleet/coordination.py).
-        Entered before the services (the presence lease needs it), left after them (their last
-        release reaches it)."""
+        """The lease locks' task queue, polled beside the worker's own: entered before the services
+        (the presence lease needs it), left after them (their last release reaches it)."""
         from taskfleet.versioning import UnversionedRunner
 
         queue = self.settings.coordination_task_queue

@@ -1,9 +1,6 @@
 """The taskfleet worker: `taskfleet-worker` / `python worker.py` (any cluster) or with `--dev`.
-
-Connection settings come from Temporal's environment configuration (TEMPORAL_ADDRESS,
-TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*, TEMPORAL_PROFILE and config profiles), so one
-worker runs unchanged against a self-hosted cluster or Temporal Cloud.
-"""
+Connection settings come from Temporal's environment configuration (`TEMPORAL_*` variables and
+config profiles), so one worker runs unchanged against a self-hosted cluster or Temporal Cloud."""
 
 from __future__ import annotations
 
@@ -114,9 +111,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def deployment_config(args: argparse.Namespace) -> WorkerDeploymentConfig | None:
-    """Worker Versioning: with a deployment name and build id, this worker is that version of the
-    deployment (each workflow declares PINNED or AUTO_UPGRADE in its `@workflow.defn`); without
-    them, an unversioned worker as before."""
+    """Worker Versioning: with a deployment name and build id, this worker is that version (each
+    workflow declares PINNED or AUTO_UPGRADE); without them, an unversioned worker."""
     name, build_id = args.deployment_name, args.build_id
     if not name and not build_id:
         return None
@@ -175,17 +171,15 @@ async def run(args: argparse.Namespace) -> None:
             f"{ui}{metrics}{version} pid={os.getpid()}",
             flush=True,
         )
-        # Run as a task so that a failed start (a template that does not compile, say) ends us
-        # with its message instead of waiting for a Ctrl-C that nobody will send.
+        # A task, so that a failed start ends us with its message rather than await a Ctrl-C.
         running = asyncio.create_task(worker.run())
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
         shutting_down = None
         if not running.done():
             print("taskfleet worker: shutting down", flush=True)
-            # Not `await worker.shutdown()`: it waits for a completion the SDK only signals once
-            # the worker has started polling, so a start that fails after a SIGTERM (in a plugin's
-            # run context, say) would hang. Ask for the shutdown, then wait for `run` to end.
+            # Not `await worker.shutdown()`: it waits on a completion the SDK signals only once
+            # polling started, so a start failing after a SIGTERM would hang. Ask, then await `run`.
             shutting_down = asyncio.create_task(worker.shutdown())
             await asyncio.wait({running})
         stopping.cancel()
@@ -217,11 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """Entry point of `taskfleet-worker` and of the top-level `worker.py` shim.
-
-    Skips interpreter finalization: the Temporal runtime's native threads may still be winding
-    down, and CPython aborts if one touches the interpreter while it finalizes.
-    """
+    """Entry point of `taskfleet-worker` and `worker.py`; skips interpreter finalization: CPython
+    aborts if the Temporal runtime's native threads, still winding down, touch it then."""
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

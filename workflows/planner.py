@@ -1,12 +1,7 @@
-"""`PlannerWorkflow`: a goal in, a board out (TOML that `taskfleet run` accepts unchanged).
-
-prepare the request (activity: file list, context files, lessons, `planner.j2`) -> Claude answers
-through one forced tool, `submit_board` -> the board parser `taskfleet run` uses checks the answer
-(an activity reading the stored reply: request and answers stay in the payload store).
-A refused board gets one fix round (the parser's errors go back as an error tool result), then the
-workflow fails with those errors. A board over `max_tasks` is refused like any other, never cut.
-The input is plain JSON checked in code, so a person can start it with the `temporal` CLI.
-"""
+"""`PlannerWorkflow`: a goal in, a board out (TOML that `taskfleet run` accepts unchanged). prepare
+-> Claude answers through the forced `submit_board` -> `taskfleet run`'s board parser checks it; a
+refused board (over `max_tasks` too, never cut) gets one fix round, then fails with the errors.
+The input is plain JSON checked in code, so a person can start it with the `temporal` CLI."""
 
 from __future__ import annotations
 
@@ -63,14 +58,12 @@ def _refusal(problems: list[str]) -> str:
         "\nCall submit_board again with the whole corrected board."
 
 
-# Worker Versioning: PINNED. A plan takes seconds to minutes (hours when batched); its steps run on
-# the code version they started on, like a Claude task's.
+# Worker Versioning: PINNED: a plan's steps run on the version they began on, like a Claude task's.
 @workflow.defn(name=PLANNER_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class PlannerWorkflow:
     @workflow.init
     def __init__(self, raw: Any = None) -> None:
-        # Plain JSON typed by hand reaches this parser, not the data converter: a bad field is a
-        # failed workflow with the key named, never a workflow task that fails forever.
+        # Parsed here, not by the converter: a bad field fails the workflow, not its tasks forever.
         self.calls = ModelCalls()
         self.stage = PLAN_PREPARING
         self.attempts = 0

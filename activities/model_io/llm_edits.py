@@ -1,8 +1,6 @@
 """Apply a model's `apply_edits` input to a worktree, refusing anything that is not plainly safe.
-
-The model proposes text edits; git, not the model, makes the diff. Every refusal says which edit and
-why, in words a person (or the model in its fix round) can act on.
-"""
+Git, not the model, makes the diff; every refusal names the edit and why, in words a person (or the
+model in its fix round) can act on."""
 
 from __future__ import annotations
 

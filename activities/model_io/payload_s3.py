@@ -1,9 +1,6 @@
 """The payload store on S3-compatible object storage (`s3://BUCKET/PREFIX`), through boto3.
-
-Endpoint, region and credentials come from the standard AWS settings (`AWS_ENDPOINT_URL`,
-`AWS_DEFAULT_REGION`, `AWS_ACCESS_KEY_ID`, instance roles, ...), so any S3 API works. boto3 is
-imported on first use: a worker that never stores a payload never pays for the import.
-"""
+Endpoint, region and credentials come from the standard AWS settings, so any S3 API works; boto3
+is imported on first use, so a worker that stores no payload never pays for it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """The payload store: prompts, replies and edits kept out of workflow history, content-addressed.
-
-A payload's key is the SHA-256 of its bytes, so the key is also its checksum: every read checks it,
-and the same bytes stored twice are one object. Histories carry `PayloadRef`s only, so replaying a
-workflow never reads the store; activities do. A local folder by default, or S3-compatible storage
-(`s3://bucket/prefix`) that every worker of the task queue sees.
-"""
+A key is the SHA-256 of its bytes, checked on every read; the same bytes stored twice are one
+object. Histories carry `PayloadRef`s only, so replay never reads the store. A local folder by
+default, or S3-compatible storage (`s3://bucket/prefix`) that every worker of the queue sees."""
 
 from __future__ import annotations
 

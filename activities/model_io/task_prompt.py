@@ -1,10 +1,7 @@
 """A task's prompt: its template rendered with the task, its board and the lessons of its kind.
-
-Command tasks (whose executor gets it as `TASKFLEET_PROMPT`) and Claude tasks (where it is the
-system prompt) render the same context, so one template serves both; a board's inline template is
-stopped after the template cache's time limit in either, and a template that fails is the task's
-non-retryable `TemplateError` (retrying renders the same text again).
-"""
+Command tasks (as `TASKFLEET_PROMPT`) and Claude tasks (as the system prompt) render the same
+context, so one template serves both; an inline template is stopped after the cache's time limit,
+and a failing one is a non-retryable `TemplateError` (a retry renders the same text)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The `taskfleet` command line: drive the git batcher and merge queues, run boards, query lessons, run the demo."""
+"""The `taskfleet` command line: drive the git batcher and merge queues, run boards, query lessons,
+run the demo."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def run(argv: list[str] | None = None) -> int:
         print(f"taskfleet: {err.workflow_id} is already running", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # `taskfleet run --json | head -1`: the reader is gone; nothing more to say, and nowhere to say it.
+        # `taskfleet run --json | head -1`: the reader is gone, and there is nowhere to say more.
         _silence_stdout()
         return 0
     except KeyboardInterrupt:
@@ -75,9 +76,8 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Exits without interpreter finalization: the Temporal client's native
-    runtime threads can still be winding down then, and CPython aborts ("PyGILState_Release")
-    when one of them touches the interpreter during finalization. Output is flushed first."""
+    """Console entry point; exits without interpreter finalization (output flushed first): CPython
+    aborts if the Temporal client's native threads, still winding down, touch it then."""
     code = run(argv)
     try:
         sys.stdout.flush()

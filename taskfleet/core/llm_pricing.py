@@ -1,8 +1,6 @@
-"""Estimated cost of Claude requests: list prices per million tokens by model family.
-
-An estimate for the run summary, not a bill: prices change, and unknown models are priced as Sonnet.
-Message Batches cost half; cache reads cost a tenth of input, cache writes 1.25x.
-"""
+"""Estimated cost of Claude requests: list prices per million tokens by model family. An estimate
+for the run summary, not a bill: unknown models are priced as Sonnet; Message Batches cost half,
+cache reads a tenth of input, cache writes 1.25x."""
 
 from __future__ import annotations
 

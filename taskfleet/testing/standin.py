@@ -1,16 +1,7 @@
-"""`StandIn`: speaks the Messages and Message Batches wire format on 127.0.0.1, scripted per role.
-
-Driven through the real `anthropic` client (`ANTHROPIC_BASE_URL` = its url). It answers every
-request with a call of the tool the request forces (`tool_choice`): `apply_edits` (the implementer),
-`submit_review` (the judge) or `submit_board` (the planner). Answers come from a script (per task id
-and in request order for the implementer and the judge, in request order for the planner) or a
-default behaviour, and it counts every API call it serves.
-
-A behaviour is a dict. `apply_edits`: `edits` (list of {path, old_text, new_text}) and `summary`.
-`submit_review`: `verdict`, `reasons`, `comments`. `submit_board`: `board` ({name, tasks}). Any of
-them: `input` (the tool's input exactly, to send a malformed answer), `no_tool: true` for a reply
-without the tool call, or `result` ("succeeded", "errored", "expired", "canceled") with `error`.
-"""
+"""`StandIn`: the Messages and Message Batches wire format on 127.0.0.1, for the real `anthropic`
+client (`ANTHROPIC_BASE_URL`). It answers each request with a call of the tool it forces
+(`apply_edits`, `submit_review`, `submit_board`), from a script (by task id, else in request order)
+or a default behaviour, and counts every API call it serves."""
 
 from __future__ import annotations
 
@@ -32,6 +23,8 @@ GOAL = re.compile(r"Goal: (.+)")
 MAX_TASKS = re.compile(r"at most (\d+) tasks")
 EDITS, REVIEW, BOARD = "apply_edits", "submit_review", "submit_board"
 FAKE_API_KEY = "standin-not-a-real-key"
+# A behaviour: `edits` + `summary`, `verdict` + `reasons` + `comments`, or `board`; or `input` (the
+# tool's exact input), `no_tool: true`, or `result` ("errored", "expired", "canceled") + `error`.
 Behavior = dict[str, Any]
 
 
@@ -84,20 +77,20 @@ class _Batch:
 
 @dataclass
 class StandIn:
-    script: dict[str, list[Behavior]] = field(default_factory=dict)  # apply_edits answers, per task id
+    script: dict[str, list[Behavior]] = field(default_factory=dict)  # apply_edits, by task id
     default: Callable[[str, dict], Behavior] = default_behavior
-    reviews: dict[str, list[Behavior]] = field(default_factory=dict)  # submit_review answers, per task id
+    reviews: dict[str, list[Behavior]] = field(default_factory=dict)  # submit_review, by task id
     default_review: Callable[[str, dict], Behavior] = default_review
     plans: list[Behavior] = field(default_factory=list)  # submit_board answers, in request order
     default_plan: Callable[[dict], Behavior] = default_plan
     batch_polls: int = 0  # retrieves that still say `in_progress` before a batch ends
     out_of_order: bool = True  # results come back reversed (the API promises no order)
-    create_delays: list[float] = field(default_factory=list)  # seconds to hold each create's response
+    create_delays: list[float] = field(default_factory=list)  # seconds each create's answer waits
     extra_result_ids: list[str] = field(default_factory=list)  # result lines for ids never submitted
 
     def __post_init__(self) -> None:
         self.calls: Counter[str] = Counter()
-        self.requests: list[dict] = []  # every request served: {"task", "tool", "custom_id", "via", "params"}
+        self.requests: list[dict] = []  # each request served: {task, tool, custom_id, via, params}
         self._batches: dict[str, _Batch] = {}
         self._order: list[str] = []
         self._systems: set[str] = set()
@@ -179,7 +172,7 @@ class StandIn:
                                   "params": params})
             system = params.get("system") or []
             blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
-            # Prompt caching: the longest prefix ending at a cache_control block that was seen before.
+            # Prompt caching: the longest prefix ending at a cache_control block seen before.
             prefixes = [json.dumps(blocks[: i + 1], sort_keys=True) for i, b in enumerate(blocks)
                         if isinstance(b, dict) and b.get("cache_control")]
             read = max((len(p) for p in prefixes if p in self._systems), default=0)

@@ -1,9 +1,7 @@
 """A task's judge, asked from the workflow that runs the task's rounds: a `judge_run` command is one
-activity (in a worktree of the task's commit); a Claude judge is a `JudgeWorkflow` child.
-
-Also what every task workflow does around it: tell the orchestrator which stage a task is in, land
-an approved commit, and add each round's judging to the task's result.
-"""
+activity (in a worktree of the task's commit), a Claude judge a `JudgeWorkflow` child. Also what
+every task workflow does around it: report the task's stage, land an approved commit, and add each
+round's judging to the task's result."""
 
 from __future__ import annotations
 

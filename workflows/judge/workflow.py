@@ -1,13 +1,7 @@
-"""`JudgeWorkflow`: a Claude judge's verdict on one commit of one task, as a child workflow of the
-workflow that runs the task (the orchestrator for a command task, `LLMTaskWorkflow` for a Claude task).
-
-prepare (activity: diff, scope, verify output, lessons, `judge.j2`; a result-cache hit ends here) ->
-the model, through the same plumbing as the implementer (a Message Batch via `LLMBatchWorkflow`,
-or one direct call) -> its stored answer checked against `submit_review`'s schema (an activity,
-which keeps a fitting verdict in the result cache and, unless it approves, as a lesson with
-`activity_type` "judge"). An answer that breaks the schema gets one retry with the error; a second
-bad answer is no verdict, with the reason. The request and the answers stay in the payload store.
-"""
+"""`JudgeWorkflow`: a Claude judge's verdict on one commit of one task, as a child of the workflow
+that runs the task. prepare (a result-cache hit ends here) -> the model, through the implementer's
+plumbing (a Message Batch, or one direct call) -> the stored answer checked against `submit_review`
+(kept in the result cache, and as a lesson unless approve); a bad answer gets one retry."""
 
 from __future__ import annotations
 
@@ -84,8 +78,7 @@ class JudgeWorkflow:
         self._details()
         route = Route(batch=task.llm_batch, max_batch_size=task.llm_batch_max_size,
                       max_batch_age_seconds=task.llm_batch_max_age_seconds)
-        # A stored request prepares (and submits) in a local activity: no round trip, and the
-        # request's copy of the task input stays out of history.
+        # Stored: a local activity prepares and submits: no round trip, no task input in history.
         stored, name = request.stored, f"{task.id}-judge"
         submit = self.calls.submit_input(name, 1, route) if stored and route.batch else None
         run = workflow.execute_local_activity if stored else workflow.execute_activity
@@ -129,9 +122,8 @@ class JudgeWorkflow:
 
     async def _verdict(self, request: JudgeRequest, prepared: PreparedJudge,
                        reply: Any) -> Optional[JudgeVerdict]:
-        """The review in the answer, kept by an activity that reads the stored reply (a reply from
-        before the payload store is read here, and kept by `taskfleet_judge_record`); None: the
-        stored reply could not be read (`problem` says why)."""
+        """The answer's review, kept by an activity (an inline reply from before the store: read
+        here, kept by `taskfleet_judge_record`); None if the stored reply is unreadable."""
         task = judged_task(request)
         if reply.message_ref is None:
             tool = tool_call(reply.message, TOOL)

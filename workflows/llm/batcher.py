@@ -1,15 +1,7 @@
 """`LLMBatchWorkflow`: one per namespace + task queue (id `taskfleet-llm-batch`); gathers the Claude
-requests of every LLM task and sends each flush as ONE Message Batch.
-
-An entity like `GitBatchWorkflow`: `submit` (signal) queues a request; a flush happens at the
-smallest `llm_batch_max_size` of what is queued, at the API's limits for one batch (requests and
-bytes, `TASKFLEET_LLM_BATCH_MAX_REQUESTS`, `TASKFLEET_LLM_BATCH_MAX_BYTES`) or
-`llm_batch_max_age_seconds` after the oldest request; each flush is one `messages.batches.create`;
-polling uses workflow timers (1 s doubling to 60 s by default), so a batch that takes hours costs no
-worker. When a batch ends, an activity reads its results (unordered) and signals each request's task
-by `custom_id`. A request's params stay in the payload store: this workflow holds its reference and
-its routing (custom_id -> task) only.
-"""
+requests of every LLM task and sends each flush as ONE Message Batch: at the smallest queued
+`llm_batch_max_size`, the API's limits or `llm_batch_max_age_seconds`. Polling on timers costs no
+worker; results are signalled to each task by `custom_id`; params stay in the payload store."""
 
 from __future__ import annotations
 
@@ -62,8 +54,7 @@ from taskfleet.workflows.long_lived import Inbox, continue_as_new_due, refuse, s
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000
-# Runs from before the payload store: their requests' params sat in the create's input, so a flush
-# was also cut at this size (the server's payload limit).
+# Runs from before the payload store also cut a flush at this size (the server's payload limit).
 FLUSH_BYTES = 1_500_000
 # Continue-as-new carries pending requests only below this much history (else they are sent first).
 CARRY_BYTES = 1_000_000
@@ -103,9 +94,8 @@ def _history_size(request: LLMRequest) -> int:
     return REF_BYTES if request.params_ref is not None else _size(request)
 
 
-# Worker Versioning: AUTO_UPGRADE. An entity that continues as new forever: pinned, it would hold its
-# first version and that version could never drain. Its state travels as data across
-# continue-as-new, and new commands are guarded with `workflow.patched` (workflows/compat.py).
+# Worker Versioning: AUTO_UPGRADE: pinned, an entity that continues as new forever would never let
+# its version drain; its state travels as data, new commands go behind `workflow.patched`.
 @workflow.defn(name=LLM_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class LLMBatchWorkflow:
     @workflow.init
@@ -128,8 +118,7 @@ class LLMBatchWorkflow:
         self._api_limits = llm_batcher_cuts_at_api_limits()
         self._refresh_details()
         while True:
-            # The timeout is fixed when the wait starts: a new request may bring an earlier deadline,
-            # so `submit` sets `_wake` and the wait is recomputed.
+            # The timeout is fixed when the wait starts: `submit` sets `_wake` for an earlier one.
             self._wake = False
             timeout = self._until_next()
             self._wait_until = workflow.now() + timeout if timeout is not None else None
@@ -162,9 +151,8 @@ class LLMBatchWorkflow:
         return sum(map(_history_size, self.s.pending)) <= CARRY_BYTES
 
     def _continue_now(self) -> bool:
-        """Stop between two flushes or polls when continue-as-new is due, so a run stays within a few
-        events of the server's suggestion however many batches are due (runs recorded before this
-        finished the loop first)."""
+        """Stop between flushes or polls once continue-as-new is due: a run stays within a few
+        events of the server's suggestion (runs recorded before this finished the loop first)."""
         return self._should_continue_as_new() and llm_batcher_continues_between_steps()
 
     def _should_continue_as_new(self) -> bool:

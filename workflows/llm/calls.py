@@ -1,12 +1,7 @@
-"""One workflow's Claude requests, the same way for every role (implementer, judge, planner).
-
-A request goes either as one direct `messages.create` (an activity) or into the task queue's
-`LLMBatchWorkflow`, whose answer arrives later as an `llm_reply` signal: the waiting is a
-`wait_condition` here, so it holds no worker slot and survives restarts. The workflow that owns a
-`ModelCalls` forwards its `llm_reply` signal to `receive`. Every reply is counted in `usage`.
-A `Conversation` holds the request by reference: its prepared part and every reply stay in the
-payload store, so history carries keys and the few small turns the workflow writes itself.
-"""
+"""One workflow's Claude requests, the same way for every role (implementer, judge, planner): one
+direct `messages.create`, or a request to `LLMBatchWorkflow`, whose `llm_reply` signal the owner
+forwards to `receive` (a `wait_condition`: no worker slot held). A `Conversation` holds the request
+by reference: its prepared part and replies stay in the payload store; `usage` counts replies."""
 
 from __future__ import annotations
 
@@ -206,5 +201,5 @@ class ModelCalls:
 
 
 def assistant_turn(message: dict) -> dict[str, Any]:
-    """The model's reply as the assistant turn of the conversation (never empty: the API refuses that)."""
+    """The reply as the conversation's assistant turn (never empty: the API refuses that)."""
     return {"role": "assistant", "content": message.get("content") or [{"type": "text", "text": "-"}]}

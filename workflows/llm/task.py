@@ -1,13 +1,7 @@
-"""`LLMTaskWorkflow`: one `implementer = "anthropic"` task of an orchestrator run, as a child workflow.
-
-prepare request -> model (a Message Batch via `LLMBatchWorkflow`, or one direct call) -> apply edits,
-verify, commit -> the judge, if the task has one -> land -> a fix round on failure, or a revise round
-with the judge's comments in the conversation. The request, the replies and the edits stay in the
-payload store: this workflow's history holds their references. Waiting for a batch (minutes to
-hours) is a `wait_condition` on a signal here: no activity slot, no worker thread and no worktree
-is held, and the wait survives worker restarts. It returns the same `TaskResult` as
-`taskfleet_run_task`, so the orchestrator lands and counts both kinds of task the same way.
-"""
+"""`LLMTaskWorkflow`: one `implementer = "anthropic"` task of an orchestrator run, as a child.
+prepare -> model (a Message Batch or a direct call) -> apply, verify, commit -> judge, if any ->
+land; a fix or revise round on failure. Payloads stay in the payload store; waiting for a batch is a
+`wait_condition` (no slot, thread or worktree held). Returns `taskfleet_run_task`'s `TaskResult`."""
 
 from __future__ import annotations
 
@@ -79,8 +73,7 @@ class Kept:
     summary: str
 
 
-# Worker Versioning: PINNED, like the orchestrator that starts it: one task's steps (prepare,
-# wait for the model, apply) run on the code version they started on.
+# Worker Versioning: PINNED, like its orchestrator: a task's steps run on the version they began on.
 @workflow.defn(name=LLM_TASK_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class LLMTaskWorkflow:
     def __init__(self) -> None:
@@ -173,7 +166,7 @@ class LLMTaskWorkflow:
                 if feedback is None:  # approved and landed, or the task failed for good
                     return self._merged(applied)
                 if from_cache:
-                    from_cache = False  # the stored edits no longer pass the judge: ask the model after all
+                    from_cache = False  # the cached edits fail the judge: ask the model
                     last = applied
                     continue
                 last = applied
@@ -196,7 +189,7 @@ class LLMTaskWorkflow:
             applied.reason = f"attempt {attempt}: {applied.reason}"
             last = applied
             if reply is not None and attempt < task.max_attempts:
-                # Fix round: the conversation so far, and why the edits failed, as an error tool result.
+                # Fix round: why the edits failed, as an error tool result.
                 feedback = applied.reason
                 if applied.output_tail:
                     feedback += f"\n\nOutput of the verify command (tail):\n{applied.output_tail[-TOOL_RESULT_TAIL:]}"
@@ -230,8 +223,7 @@ class LLMTaskWorkflow:
             return None
         self.verdict, self._last_review = review.verdict, review
         if review.verdict == VERDICT_APPROVE:
-            # A stored run lands in a local activity: this workflow is done a moment later, and
-            # the orchestrator then shows the task waiting to land, so no `landing` stage is sent.
+            # Stored: lands locally, ends at once and shows as waiting to land: no `landing` stage.
             if not self.stored:
                 await self._stage(task_input, STAGE_LANDING)
             inline = kept.cache_key if kept.answer is None else ""  # else the judge kept them

@@ -1,11 +1,7 @@
-"""What a board must pass before the orchestrator runs any of its tasks, and the claims on its branches.
-
-A board refused here fails the run at once with a `BoardError`, `EnvNotAllowed` or `BranchesHeld`
-(non-retryable), before any task has started: its base on the remote, the worker variables its
-tasks ask for, the task branches no other running run holds, and (a board started with its tasks
-inline) storing it in the clone. Each is one activity; these functions only take the run's input,
-so the workflow (workflows/orchestrator.py) decides when each is called.
-"""
+"""What a board must pass before the orchestrator runs any of its tasks, each one activity: its base
+on the remote, the worker variables its tasks ask for, branches no other running run holds, and (an
+inline board) storing it in the clone. A refusal fails the run at once, non-retryable (`BoardError`,
+`EnvNotAllowed`, `BranchesHeld`)."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ from taskfleet.workflows import compat
 
 CLAIM_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BranchesHeld"])
 ENV_CHECK_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["EnvNotAllowed"])
-# The board store and the run store are the clone: a lock or a busy disk clears, so retry them
-# without a limit (outcomes are never dropped); a board that is not there never appears.
+# The stores are the clone, whose locks clear: no attempt limit; a missing board stays missing.
 STORE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30), non_retryable_error_types=["BoardStoreError"])
 # A board started by hand with inline JSON: up to this much (its tasks then move to the clone).
 INLINE_BOARD_MAX_BYTES = 256 * 1024

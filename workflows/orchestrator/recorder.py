@@ -1,8 +1,6 @@
-"""A paged run's final outcomes out to the run store (in the clone), a batch per append.
-
-A run keeps no finished outcome in its state (it would grow with the board); the window waits while
-the backlog is large, and the run flushes before it continues as new or returns.
-"""
+"""A paged run's final outcomes out to the run store (in the clone), a batch per append: a run keeps
+no finished outcome in its state (it would grow with the board); the window waits while the backlog
+is large, and the run flushes before it continues as new or returns."""
 
 from __future__ import annotations
 
@@ -45,14 +43,14 @@ def _cost(outcome: TaskOutcome) -> int:
 
 
 class OutcomeRecorder:
-    """Final outcomes not yet in the run store, the append in flight, and the few kept for `progress`
-    and (a small run that never continued as new) for the result."""
+    """Final outcomes not yet in the run store, the append in flight, and the few kept for
+    `progress` and (a small run that never continued as new) for the result."""
 
     def __init__(self, repo: str, state: OrchestratorState) -> None:
         self.repo = repo
         self.s = state  # its `paging` is set once the run becomes paged; read at each call
         self._unrecorded: list[tuple[TaskOutcome, int]] = []  # finished, not yet in the run store
-        self._mine: list[tuple[TaskOutcome, int]] = []  # what this run recorded, while few (its result)
+        self._mine: list[tuple[TaskOutcome, int]] = []  # this run's own, while few (its result)
         self._unrecorded_bytes = 0
         self._appender: Optional[asyncio.Task] = None
         self.recent: deque[TaskProgress] = deque(maxlen=RECENT_FINISHED)
@@ -94,9 +92,8 @@ class OutcomeRecorder:
                 size += cost
             outcomes = OutcomeBatch(repo=self.repo, run_ref=p.run_ref, batch_id=str(p.batches),
                                     outcomes=[o for o, _ in batch], rows=[r for _, r in batch])
-            # A local activity: the append (milliseconds, in-process git writes) runs on this worker
-            # within the workflow task, with no round trip through the server; a run's last append
-            # then completes with the run. Every worker of a board reaches the clone.
+            # A local activity: the append (milliseconds, in-process git) needs no server round
+            # trip; a run's last append completes with it. Every worker of a board sees the clone.
             execute = workflow.execute_local_activity if compat.outcomes_recorded_locally() else workflow.execute_activity
             await execute(
                 ACTIVITY_RECORD_OUTCOMES, outcomes,

@@ -79,8 +79,7 @@ class Views:
         run, stats = self.run, self.s.stats
         started = datetime.fromisoformat(self.s.started_at)
         stats.wall_seconds = round((workflow.now() - started).total_seconds(), 3)
-        # Speed-up over the tasks' own work (executor + verification), not over time spent waiting
-        # for taskfleet: that is reported per task beside it.
+        # Over the tasks' own work, not time waiting on taskfleet (reported beside it, per task).
         stats.speedup = round(stats.work_seconds / stats.wall_seconds, 2) if stats.wall_seconds else 0.0
         done = run.tally[TASK_SUCCEEDED] + run.tally[TASK_FAILED]
         if done:

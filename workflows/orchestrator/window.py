@@ -1,10 +1,7 @@
 """The run's sliding window over its board: start a task whenever a slot is free, take its result.
-
-A board stored in the clone is loaded a page at a time, the next page while the window still has
-tasks of the last one to start; a board given inline (runs started before boards were stored) is
-one page, loaded. A task is one `run_task` activity, a child workflow for the Claude implementer, or
-rounds of `run_task` and the judge; tasks without a worktree go many to one activity (a task group).
-"""
+A stored board loads a page at a time (the next while the last still has tasks to start); an inline
+board is one page. A task is one `run_task` activity, a Claude child workflow, or rounds with the
+judge; tasks without a worktree go many to one activity (a task group)."""
 
 from __future__ import annotations
 
@@ -75,7 +72,7 @@ class Window:
         self.landings = landings
         self._on_change = on_change
         self._loader: Optional[asyncio.Task] = None  # the next page, being loaded
-        self._started_here = 0  # tasks this run started: a run starts some before it may continue as new
+        self._started_here = 0  # a run starts some before it may continue as new
 
     # --- the window ----------------------------------------------------------------------------
 
@@ -154,9 +151,8 @@ class Window:
         ))
 
     def _last_landings(self) -> list[str]:
-        """Once no task of the board is left to start: the landing op ids of the tasks running now
-        that land through the git batcher (the caller's included); else, or past
-        LAND_TOGETHER_MAX tasks (their batches fill by size), none."""
+        """Once no task is left to start: the landing op ids of running tasks that land through
+        the git batcher (the caller's too); none past LAND_TOGETHER_MAX (batches fill by size)."""
         s, p = self.s, self.s.paging
         if self.landings.queued or s.pending or (p is not None and p.load_from < p.board.tasks):
             return []
@@ -173,7 +169,7 @@ class Window:
         try:
             task_input = self.task_input(task)
             run.stages[task.id] = STAGE_IMPLEMENTING
-            if task.implementer == ANTHROPIC:  # the built-in Claude implementer runs as a child workflow
+            if task.implementer == ANTHROPIC:  # a child workflow
                 result = await run_llm_task(task_input, task_summary(task))
             elif has_judge(task):  # rounds of run_task and the judge, then landing
                 result = await run_judged_task(task_input, task_summary(task), TASK_RETRY, heartbeat,
@@ -307,7 +303,7 @@ class Window:
                     type="BoardStoreError", non_retryable=True,
                 ) from None
         for refused in page.refused:
-            if refused.index >= p.accounted:  # not counted yet (a resumed run reloads from its first pending row)
+            if refused.index >= p.accounted:  # not counted yet (a resumed run reloads rows)
                 self._fail_unstarted(TaskOutcome(id=refused.id, status=TASK_FAILED, reason=refused.reason),
                                      refused.index)
         tasks = [(t, row) for t, row in zip(page.tasks, page.rows) if t.id not in run.tasks and t.id not in self.s.outcomes]
@@ -384,10 +380,8 @@ def _next_input(params: OrchestratorInput, **changes: Any) -> OrchestratorInput:
 
 
 def first_page_to_use(page: BoardPage, p: PagingState, board: Any) -> Optional[BoardPage]:
-    """The page, if it holds up against the stored board; else None (logged), and it is loaded.
-
-    It crossed the wire unchecked by any worker, so it is checked as an inline board is; one that
-    does not hold up is dropped and the page loaded from the store (nothing is lost)."""
+    """The page if it holds up against the stored board (it crossed the wire unchecked: checked as
+    an inline board is); else None, logged, and the page is loaded from the store."""
     try:
         if page.start != 0 or not 0 < page.next <= p.board.tasks or page.total != p.board.tasks:
             raise BoardError(f"rows {page.start}..{page.next} of {page.total} do not fit the stored board")
