@@ -73,7 +73,8 @@ def _raise_api(err: Exception, what: str) -> None:
         retryable = err.status_code in RETRYABLE_STATUS or err.status_code >= 500
         raise ApplicationError(f"{what}: {_api_error_message(err)}", type="AnthropicAPIError",
                                non_retryable=not retryable) from None
-    raise ApplicationError(f"{what}: {type(err).__name__}: {err}"[:500], type="AnthropicConnectionError") from None
+    raise ApplicationError(f"{what}: {type(err).__name__}: {err}"[:500],
+                           type="AnthropicConnectionError") from None
 
 
 def usage_of(message: dict) -> LLMUsage:
@@ -94,7 +95,8 @@ class LLMApiActivities:
         self._client_env: tuple[str, str] | None = None
 
     def activities(self) -> list[Any]:
-        return [self.submit, self.call_direct, self.create_batch, self.poll_batch, self.deliver_results]
+        return [self.submit, self.call_direct, self.create_batch, self.poll_batch,
+                self.deliver_results]
 
     async def preload(self) -> None:
         """Import the SDK now, off the event loop, if this worker may call Claude: its first request
@@ -133,7 +135,8 @@ class LLMApiActivities:
         except sdk().APIStatusError as err:
             if err.status_code in RETRYABLE_STATUS or err.status_code >= 500:
                 _raise_api(err, "messages.create")
-            return LLMReply(custom_id=params.custom_id, type=REPLY_ERRORED, error=_api_error_message(err))
+            return LLMReply(custom_id=params.custom_id, type=REPLY_ERRORED,
+                            error=_api_error_message(err))
         except sdk().APIError as err:
             _raise_api(err, "messages.create")
         data = message.to_dict()
@@ -153,12 +156,14 @@ class LLMApiActivities:
         if activity.info().attempt > 1:
             found = await self._find_earlier_batch(client, params, len(requests))
             if found:
-                activity.logger.warning("%s: found batch %s made by an earlier attempt", params.flush_id, found)
+                activity.logger.warning("%s: found batch %s made by an earlier attempt",
+                                        params.flush_id, found)
                 out.batch_id, out.recovered = found, True
                 return out
         try:
             # No SDK retry: a timed-out create may have succeeded; the next attempt looks first.
-            once = client.with_options(max_retries=0, timeout=max(self.llm.api_timeout_seconds - 5, 5))
+            once = client.with_options(max_retries=0,
+                                       timeout=max(self.llm.api_timeout_seconds - 5, 5))
             batch = await once.messages.batches.create(requests=requests)
         except sdk().APIError as err:
             _raise_api(err, "messages.batches.create")
@@ -200,8 +205,10 @@ class LLMApiActivities:
         candidates = []
         for batch in page.data:
             counts = batch.request_counts
-            total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
-            created = batch.created_at if batch.created_at.tzinfo else batch.created_at.replace(tzinfo=since.tzinfo)
+            total = (counts.processing + counts.succeeded + counts.errored + counts.canceled
+                     + counts.expired)
+            created = (batch.created_at if batch.created_at.tzinfo
+                       else batch.created_at.replace(tzinfo=since.tzinfo))
             if batch.id not in known and total == count and created >= since:
                 candidates.append((created, batch.id))
         return min(candidates)[1] if candidates else ""
@@ -239,8 +246,8 @@ class LLMApiActivities:
                 data = line.to_dict()
                 custom_id = str(data.get("custom_id", ""))
                 if custom_id not in routes:
-                    activity.logger.warning("batch %s: result for unknown custom_id %r dropped", params.batch_id,
-                                            custom_id[:80])
+                    activity.logger.warning("batch %s: result for unknown custom_id %r dropped",
+                                            params.batch_id, custom_id[:80])
                     out.unknown.append(custom_id[:80])
                     continue
                 send(routes[custom_id], _reply_of(data, params.batch_id))
@@ -268,7 +275,8 @@ class LLMApiActivities:
         try:
             await temporal.get_workflow_handle(workflow_id).signal(SIGNAL_LLM_REPLY, compact(reply))
         except Exception as err:  # noqa: BLE001 - a finished task is not the batch's failure
-            activity.logger.warning("could not deliver %s to %s: %s", reply.custom_id, workflow_id, err)
+            activity.logger.warning("could not deliver %s to %s: %s", reply.custom_id,
+                                    workflow_id, err)
 
 
 async def submit_request(llm: LLMSettings, params: SubmitInput) -> None:
@@ -288,10 +296,12 @@ def _reply_of(line: dict, batch_id: str) -> LLMReply:
     kind = str(result.get("type", REPLY_FAILED))
     if kind == REPLY_SUCCEEDED:
         message = result.get("message") if isinstance(result.get("message"), dict) else {}
-        return LLMReply(custom_id=custom_id, type=kind, message=message, batch_id=batch_id, usage=usage_of(message))
+        return LLMReply(custom_id=custom_id, type=kind, message=message, batch_id=batch_id,
+                        usage=usage_of(message))
     error = ""
     if kind == REPLY_ERRORED:
         outer = result.get("error") if isinstance(result.get("error"), dict) else {}
         inner = outer.get("error") if isinstance(outer.get("error"), dict) else outer
         error = f"{inner.get('type', 'error')}: {inner.get('message', '')}"[:500]
-    return LLMReply(custom_id=custom_id, type=kind, error=error or f"the batch reported {kind}", batch_id=batch_id)
+    return LLMReply(custom_id=custom_id, type=kind, error=error or f"the batch reported {kind}",
+                    batch_id=batch_id)

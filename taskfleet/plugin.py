@@ -56,14 +56,16 @@ from taskfleet.workflows.planner import PlannerWorkflow
 
 log = logging.getLogger("taskfleet.plugin")
 
-WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
-                         LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow, PlannerWorkflow, JudgeWorkflow]
+WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow,
+                         LLMBatchWorkflow, LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow,
+                         PlannerWorkflow, JudgeWorkflow]
 # How often a worker drops dead workers' worktree registrations (their presence lease expired).
 SWEEP_SECONDS = 10.0
 
 # Modules a user's sandboxed workflow may import (through `from taskfleet import TaskfleetPlugin`
 # too) unsandboxed: GitPython runs `git` when first imported, which the sandbox forbids.
-SANDBOX_PASSTHROUGH = ("taskfleet", "git", "gitdb", "smmap", "jinja2", "markupsafe", "anthropic", "httpx")
+SANDBOX_PASSTHROUGH = ("taskfleet", "git", "gitdb", "smmap", "jinja2", "markupsafe",
+                       "anthropic", "httpx")
 
 
 class WorkerServices:
@@ -74,11 +76,13 @@ class WorkerServices:
         self.settings = settings
         self.lessons = lessons_index_for(settings)  # journals in a shared folder, or one file
         self.templates = TemplateCache(settings.templates_dir)
-        self.result_cache = ResultCache(settings.result_cache_path, settings.result_cache_memory_bytes)
+        self.result_cache = ResultCache(settings.result_cache_path,
+                                        settings.result_cache_memory_bytes)
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.workspace = Workspace(settings)
-        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache, self.workspace)
+        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache,
+                                    self.workspace)
         self.run_checks = RunCheckActivities(settings)
         llm = LLMSettings()
         try:
@@ -133,13 +137,11 @@ class WorkerServices:
         stale = await asyncio.to_thread(self.workspace.prune_stale)
         await asyncio.to_thread(self.workspace.scratch.prune_stale)
         if stale:
-            log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
-        log.info(
-            "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s, "
-            "payload store %s",
-            stats.lessons, stats.build_seconds, len(names), ", ".join(names), self.settings.result_cache_path,
-            self.payloads.url,
-        )
+            log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale),
+                        ", ".join(map(str, stale)))
+        log.info("taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s, "
+                 "payload store %s", stats.lessons, stats.build_seconds, len(names),
+                 ", ".join(names), self.settings.result_cache_path, self.payloads.url)
         self.started = True
 
     def _executor_policy(self) -> ExecutorPolicy:
@@ -150,12 +152,13 @@ class WorkerServices:
             raise StartupError(str(err)) from None
         environment = TaskEnvironment(self.settings.task_env)
         if any(pattern in ("*", "?*") for pattern in environment.allow):
-            log.warning("TASKFLEET_TASK_ENV %s lets tasks see every worker variable, credentials included",
-                        ",".join(environment.allow))
+            log.warning("TASKFLEET_TASK_ENV %s lets tasks see every worker variable, credentials "
+                        "included", ",".join(environment.allow))
         log.info("taskfleet task processes: %s", trees.describe())
         if not trees.namespaced:
             pid = Watchdog.ensure(TOKEN_VARIABLE)
-            log.info("taskfleet task processes: watchdog pid %d kills this worker's task processes if it dies", pid)
+            log.info("taskfleet task processes: watchdog pid %d kills this worker's task processes "
+                     "if it dies", pid)
         log.info("taskfleet task environment: %s", environment.describe())
         return ExecutorPolicy(environment, trees)
 
@@ -164,13 +167,15 @@ class WorkerServices:
         self.result_cache.close()
 
     @asynccontextmanager
-    async def running(self, client: Client | None = None, task_queue: str = "") -> AsyncIterator[None]:
+    async def running(self, client: Client | None = None,
+                      task_queue: str = "") -> AsyncIterator[None]:
         await self.start()
         presence = keeper = None
         if client is not None:
             # The presence lease is taken once the worker polls (this worker may be the only one
             # running the lock workflow); tasks wait for it before registering worktrees.
-            presence = WorkerPresence(client, self.settings.coordination_task_queue, self.settings.pod_id)
+            presence = WorkerPresence(client, self.settings.coordination_task_queue,
+                                      self.settings.pod_id)
             self.workspace.worktrees.presence = presence
             keeper = asyncio.create_task(self._keep_presence(presence), name="taskfleet presence")
         try:
@@ -256,7 +261,8 @@ class TaskfleetPlugin(SimplePlugin):
         notice = await ensure_search_attributes(worker.client)
         if notice:
             log.warning("%s", notice)
-        async with self._coordination(worker), self.services.running(worker.client, worker.task_queue):
+        async with self._coordination(worker), \
+                self.services.running(worker.client, worker.task_queue):
             assert self.services.policy is not None
             # Every activity task this worker starts inherits its rules (a context variable).
             with using_policy(self.services.policy):

@@ -45,7 +45,8 @@ def _env_int(name: str, default: int) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Run the taskfleet Temporal worker.")
-    parser.add_argument("--version", action="version", version=f"taskfleet-worker {taskfleet.__version__}")
+    parser.add_argument("--version", action="version",
+                        version=f"taskfleet-worker {taskfleet.__version__}")
     parser.add_argument(
         "--dev",
         action="store_true",
@@ -81,7 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--deployment-name",
         default=os.environ.get("TASKFLEET_DEPLOYMENT_NAME") or None,
-        help="run as a version of this Worker Deployment (with --build-id; env TASKFLEET_DEPLOYMENT_NAME)",
+        help="run as a version of this Worker Deployment (with --build-id; env "
+        "TASKFLEET_DEPLOYMENT_NAME)",
     )
     parser.add_argument(
         "--build-id",
@@ -91,8 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--task-env",
         default=os.environ.get("TASKFLEET_TASK_ENV", ""),
-        help="worker variables task processes may see beyond PATH, HOME, locale, TZ and git identity: "
-        "names or patterns, comma-separated (env TASKFLEET_TASK_ENV; default none)",
+        help="worker variables task processes may see beyond PATH, HOME, locale, TZ and git "
+        "identity: names or patterns, comma-separated (env TASKFLEET_TASK_ENV; default none)",
     )
     parser.add_argument(
         "--process-trees",
@@ -117,12 +119,12 @@ def deployment_config(args: argparse.Namespace) -> WorkerDeploymentConfig | None
     if not name and not build_id:
         return None
     if not name or not build_id:
-        raise StartupError(
-            "--deployment-name and --build-id go together (env TASKFLEET_DEPLOYMENT_NAME, TASKFLEET_BUILD_ID)"
-        )
+        raise StartupError("--deployment-name and --build-id go together (env "
+                           "TASKFLEET_DEPLOYMENT_NAME, TASKFLEET_BUILD_ID)")
     if "." in name:
         raise StartupError(f"deployment name {name!r} must not contain '.'")
-    return WorkerDeploymentConfig(version=WorkerDeploymentVersion(name, build_id), use_worker_versioning=True)
+    return WorkerDeploymentConfig(version=WorkerDeploymentVersion(name, build_id),
+                                  use_worker_versioning=True)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -136,7 +138,8 @@ async def run(args: argparse.Namespace) -> None:
     runtime = make_runtime(args.metrics_address)
     state_dir = Path(args.state_dir)
     try:
-        settings = TaskfleetSettings(state_dir=state_dir, task_env=args.task_env, process_trees=args.process_trees)
+        settings = TaskfleetSettings(state_dir=state_dir, task_env=args.task_env,
+                                     process_trees=args.process_trees)
     except TaskEnvError as err:
         raise StartupError(str(err)) from None
 
@@ -151,7 +154,8 @@ async def run(args: argparse.Namespace) -> None:
                 dev_server_session(config, state_dir, args.ui_port, runtime)
             )
             client, ui = session.client, f" ui={session.ui_url}"
-            origin = "started the embedded dev server" if session.started_here else "reusing the server"
+            origin = ("started the embedded dev server" if session.started_here
+                      else "reusing the server")
         else:
             client = await connect(config, runtime)
             ui = ""  # a cluster's Web UI address is not something a worker can know
@@ -165,7 +169,8 @@ async def run(args: argparse.Namespace) -> None:
             deployment_config=versioning,
         )
         metrics = f" metrics=http://{args.metrics_address}/metrics" if args.metrics_address else ""
-        version = f" deployment_version={versioning.version.to_canonical_string()}" if versioning else ""
+        version = (f" deployment_version={versioning.version.to_canonical_string()}" if versioning
+                   else "")
         print(
             f"taskfleet worker: {origin}, {describe(config)} task_queue={args.task_queue}"
             f"{ui}{metrics}{version} pid={os.getpid()}",

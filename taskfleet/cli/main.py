@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+def leaf_commands(parser: argparse.ArgumentParser,
+                  path: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Every command that takes no further subcommand, by its words (`("git", "enqueue")`)."""
     found = {}
     for action in parser._actions:
@@ -56,7 +57,8 @@ def run(argv: list[str] | None = None) -> int:
         print(f"taskfleet: {err}", file=sys.stderr)
         return 2
     except RPCError as err:
-        print(f"taskfleet: the server refused: {_one_line(err)} ({err.status.name})", file=sys.stderr)
+        print(f"taskfleet: the server refused: {_one_line(err)} ({err.status.name})",
+              file=sys.stderr)
         return 2
     except WorkflowAlreadyStartedError as err:
         print(f"taskfleet: {err.workflow_id} is already running", file=sys.stderr)

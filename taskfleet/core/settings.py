@@ -41,14 +41,16 @@ class TaskfleetSettings:
     # In-memory part of the activity result cache; the rest is SQLite under the state dir.
     result_cache_memory_bytes: int = 64 * 1024 * 1024
     # Worker variables tasks may see: names or patterns (env TASKFLEET_TASK_ENV, "NPM_TOKEN,PIP_*")
-    task_env: tuple[str, ...] = field(default_factory=lambda: parse_allow_list(os.environ.get(ALLOW_VARIABLE)))
+    task_env: tuple[str, ...] = field(
+        default_factory=lambda: parse_allow_list(os.environ.get(ALLOW_VARIABLE)))
     # How a task's processes die with it: "auto" (a PID namespace where allowed, else process
     # groups), "pid-namespace" or "process-group" (env TASKFLEET_PROCESS_TREES)
-    process_trees: str = field(default_factory=lambda: os.environ.get("TASKFLEET_PROCESS_TREES") or "auto")
+    process_trees: str = field(
+        default_factory=lambda: os.environ.get("TASKFLEET_PROCESS_TREES") or "auto")
     # The lease locks' queue: every worker polls it, all agree (env TASKFLEET_COORDINATION_QUEUE)
     coordination_task_queue: str = field(
-        default_factory=lambda: os.environ.get("TASKFLEET_COORDINATION_QUEUE") or COORDINATION_TASK_QUEUE
-    )
+        default_factory=lambda: os.environ.get("TASKFLEET_COORDINATION_QUEUE")
+        or COORDINATION_TASK_QUEUE)
     # Claude's prompts, replies and edits, out of workflow history: a folder or s3://BUCKET/PREFIX
     # that every worker of a queue sees (env TASKFLEET_PAYLOAD_STORE; default <state_dir>/payloads)
     payload_store: str = field(
@@ -58,7 +60,8 @@ class TaskfleetSettings:
         # Absolute once, here: git resolves a relative path against the clone and the executor
         # against its worktree, which would scatter `.taskfleet/` folders into users' repositories.
         self.state_dir = _absolute(self.state_dir)
-        self.lessons_path = _absolute(self.lessons_path) if self.lessons_path else self.state_dir / "lessons.jsonl"
+        self.lessons_path = (_absolute(self.lessons_path) if self.lessons_path
+                             else self.state_dir / "lessons.jsonl")
         if self.lessons_dir is not None:
             self.lessons_dir = _absolute(self.lessons_dir)
         if self.templates_dir is not None:

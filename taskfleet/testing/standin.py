@@ -36,7 +36,8 @@ def default_behavior(task_id: str, params: dict) -> Behavior:
 
 def default_review(task_id: str, params: dict) -> Behavior:
     """Approve: the stand-in reads no diff."""
-    return {"verdict": "approve", "reasons": [f"the stand-in approves {task_id or 'the change'} (it reads no diff)"],
+    return {"verdict": "approve",
+            "reasons": [f"the stand-in approves {task_id or 'the change'} (it reads no diff)"],
             "comments": []}
 
 
@@ -47,8 +48,10 @@ def default_plan(params: dict) -> Behavior:
     goal = (GOAL.search(text).group(1).strip() if GOAL.search(text) else "the goal")[:200]
     limit = int(MAX_TASKS.search(text).group(1)) if MAX_TASKS.search(text) else 2
     tasks = [{"id": f"P{i}", "scope": f"step {i} of the plan for: {goal}",
-              "run": f'mkdir -p plan && printf "%s\\n" "$TASKFLEET_TASK_ID: {_shell_safe(goal)}" > "plan/$TASKFLEET_TASK_ID.md"',
-              "verify": 'test -s "plan/$TASKFLEET_TASK_ID.md"'} for i in range(1, min(2, limit) + 1)]
+              "run": f'mkdir -p plan && printf "%s\\n" "$TASKFLEET_TASK_ID: {_shell_safe(goal)}" '
+                     '> "plan/$TASKFLEET_TASK_ID.md"',
+              "verify": 'test -s "plan/$TASKFLEET_TASK_ID.md"'}
+             for i in range(1, min(2, limit) + 1)]
     return {"board": {"name": "offline-plan", "tasks": tasks}}
 
 
@@ -86,7 +89,7 @@ class StandIn:
     batch_polls: int = 0  # retrieves that still say `in_progress` before a batch ends
     out_of_order: bool = True  # results come back reversed (the API promises no order)
     create_delays: list[float] = field(default_factory=list)  # seconds each create's answer waits
-    extra_result_ids: list[str] = field(default_factory=list)  # result lines for ids never submitted
+    extra_result_ids: list[str] = field(default_factory=list)  # result lines for unsubmitted ids
 
     def __post_init__(self) -> None:
         self.calls: Counter[str] = Counter()
@@ -117,7 +120,8 @@ class StandIn:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="anthropic-standin", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, name="anthropic-standin",
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -180,41 +184,43 @@ class StandIn:
         total = len(json.dumps(blocks, sort_keys=True))
         return behavior, self._message(params, tool, behavior, read // 4, (total - read) // 4)
 
-    def _message(self, params: dict, tool: str, behavior: Behavior, read_tokens: int, written_tokens: int) -> dict:
+    def _message(self, params: dict, tool: str, behavior: Behavior, read_tokens: int,
+                 written_tokens: int) -> dict:
         if "input" in behavior:
             tool_input = behavior["input"]
         elif tool == REVIEW:
-            tool_input = {"verdict": behavior.get("verdict", "approve"), "reasons": behavior.get("reasons", []),
+            tool_input = {"verdict": behavior.get("verdict", "approve"),
+                          "reasons": behavior.get("reasons", []),
                           "comments": behavior.get("comments", [])}
         elif tool == BOARD:
             tool_input = behavior.get("board", {})
         else:
-            tool_input = {"edits": behavior.get("edits", []), "summary": behavior.get("summary", "")}
+            tool_input = {"edits": behavior.get("edits", []),
+                          "summary": behavior.get("summary", "")}
         content: list[dict] = [{"type": "text", "text": "Here is my answer."}]
         if not behavior.get("no_tool"):
-            content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
-                            "input": tool_input})
+            content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}",
+                            "name": tool, "input": tool_input})
         total = len(json.dumps(params)) // 4
-        return {
-            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
-            "model": params.get("model", ""), "content": content,
-            "stop_reason": "end_turn" if behavior.get("no_tool") else "tool_use", "stop_sequence": None,
-            "usage": {
-                "input_tokens": max(total - read_tokens - written_tokens, 1),
-                "output_tokens": len(json.dumps(tool_input)) // 4 + 10,
-                "cache_read_input_tokens": read_tokens,
-                "cache_creation_input_tokens": written_tokens,
-            },
-        }
+        return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+                "model": params.get("model", ""), "content": content,
+                "stop_reason": "end_turn" if behavior.get("no_tool") else "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": max(total - read_tokens - written_tokens, 1),
+                          "output_tokens": len(json.dumps(tool_input)) // 4 + 10,
+                          "cache_read_input_tokens": read_tokens,
+                          "cache_creation_input_tokens": written_tokens}}
 
     def _result_line(self, request: dict) -> dict:
-        behavior, message = self._answer(request.get("params", {}), request.get("custom_id"), "batch")
+        behavior, message = self._answer(request.get("params", {}),
+                                         request.get("custom_id"), "batch")
         kind = behavior.get("result", "succeeded")
         if kind == "succeeded":
             result: dict = {"type": "succeeded", "message": message}
         elif kind == "errored":
             result = {"type": "errored", "error": {"type": "error", "error": {
-                "type": "invalid_request_error", "message": behavior.get("error", "scripted error")}}}
+                "type": "invalid_request_error",
+                "message": behavior.get("error", "scripted error")}}}
         else:
             result = {"type": kind}
         return {"custom_id": request.get("custom_id"), "result": result}
@@ -226,25 +232,28 @@ class StandIn:
         counts = Counter(line["result"]["type"] for line in batch.lines) if ended else Counter()
         if batch.canceled and ended:
             counts = Counter({"canceled": len(batch.lines)})
-        return {
-            "id": batch.id, "type": "message_batch",
-            "processing_status": "ended" if ended else ("canceling" if batch.canceled else "in_progress"),
-            "request_counts": {"processing": 0 if ended else len(batch.lines), "succeeded": counts["succeeded"],
-                               "errored": counts["errored"], "canceled": counts["canceled"],
-                               "expired": counts["expired"]},
-            "created_at": _iso(batch.created_at), "ended_at": _iso(batch.ended_at),
-            "expires_at": _iso(batch.created_at + timedelta(hours=24)),
-            "cancel_initiated_at": _iso(batch.ended_at) if batch.canceled else None, "archived_at": None,
-            "results_url": f"{self.url}/v1/messages/batches/{batch.id}/results" if ended else None,
-        }
+        return {"id": batch.id, "type": "message_batch",
+                "processing_status": ("ended" if ended
+                                      else ("canceling" if batch.canceled else "in_progress")),
+                "request_counts": {"processing": 0 if ended else len(batch.lines),
+                                   "succeeded": counts["succeeded"], "errored": counts["errored"],
+                                   "canceled": counts["canceled"], "expired": counts["expired"]},
+                "created_at": _iso(batch.created_at), "ended_at": _iso(batch.ended_at),
+                "expires_at": _iso(batch.created_at + timedelta(hours=24)),
+                "cancel_initiated_at": _iso(batch.ended_at) if batch.canceled else None,
+                "archived_at": None,
+                "results_url": (f"{self.url}/v1/messages/batches/{batch.id}/results" if ended
+                                else None)}
 
     def create_batch(self, body: dict) -> dict:
         requests = body.get("requests")
         if not isinstance(requests, list) or not requests:
-            raise _ApiError(400, "invalid_request_error", "requests: at least one request is required")
+            raise _ApiError(400, "invalid_request_error",
+                            "requests: at least one request is required")
         ids = [r.get("custom_id") for r in requests if isinstance(r, dict)]
         if len(ids) != len(requests) or len(set(ids)) != len(ids):
-            raise _ApiError(400, "invalid_request_error", "requests: custom_id must be unique within a batch")
+            raise _ApiError(400, "invalid_request_error",
+                            "requests: custom_id must be unique within a batch")
         lines = [self._result_line(r) for r in requests]
         if self.out_of_order:
             lines.reverse()
@@ -274,7 +283,8 @@ class StandIn:
             if batch.ended_at is None:
                 batch.canceled = True
                 batch.ended_at = _now()
-                batch.lines = [{"custom_id": line["custom_id"], "result": {"type": "canceled"}} for line in batch.lines]
+                batch.lines = [{"custom_id": line["custom_id"], "result": {"type": "canceled"}}
+                               for line in batch.lines]
         return self._batch_json(batch)
 
     def results(self, batch_id: str) -> bytes:
@@ -313,14 +323,16 @@ def _user_text(params: dict) -> str:
     texts = []
     for message in params.get("messages", [])[:1]:
         content = message.get("content")
-        texts += [content] if isinstance(content, str) else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+        texts += ([content] if isinstance(content, str)
+                  else [b.get("text", "") for b in content or [] if isinstance(b, dict)])
     return "\n".join(t or "" for t in texts)
 
 
 def _task_of(params: dict) -> str:
     for message in params.get("messages", [])[:1]:
         content = message.get("content")
-        blocks = [content] if isinstance(content, str) else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+        blocks = ([content] if isinstance(content, str)
+                  else [b.get("text", "") for b in content or [] if isinstance(b, dict)])
         for text in blocks:
             found = TASK_ID.search(text or "")
             if found:
@@ -364,14 +376,17 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         parts = [p for p in url.path.split("/") if p]
         try:
-            if not (self.headers.get("x-api-key") or self.headers.get("authorization", "").startswith("Bearer ")):
-                raise _ApiError(401, "authentication_error", "an API key is required (x-api-key or Bearer)")
+            if not (self.headers.get("x-api-key")
+                    or self.headers.get("authorization", "").startswith("Bearer ")):
+                raise _ApiError(401, "authentication_error",
+                                "an API key is required (x-api-key or Bearer)")
             if method == "POST" and parts == ["v1", "messages"]:
                 owner.calls["messages.create"] += 1
                 body = self._body()
                 behavior, message = owner._answer(body, None, "direct")
                 if behavior.get("result", "succeeded") != "succeeded":
-                    raise _ApiError(400, "invalid_request_error", behavior.get("error", "scripted error"))
+                    raise _ApiError(400, "invalid_request_error",
+                                    behavior.get("error", "scripted error"))
                 return self._json(200, message)
             if parts[:3] == ["v1", "messages", "batches"]:
                 rest = parts[3:]
@@ -395,9 +410,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if method == "POST" and len(rest) == 2 and rest[1] == "cancel":
                     owner.calls["batches.cancel"] += 1
                     return self._json(200, owner.cancel(rest[0]))
-            raise _ApiError(404, "not_found_error", f"{method} {url.path} is not part of the stand-in")
+            raise _ApiError(404, "not_found_error",
+                            f"{method} {url.path} is not part of the stand-in")
         except _ApiError as err:
-            self._json(err.status, {"type": "error", "error": {"type": err.kind, "message": err.message}})
+            self._json(err.status,
+                       {"type": "error", "error": {"type": err.kind, "message": err.message}})
 
     def do_GET(self) -> None:  # noqa: N802
         self._route("GET")

@@ -44,7 +44,8 @@ __all__ = ["OrchestratorWorkflow", "TASK_RETRY"]
 
 # Unsandboxed: the sandbox made every payload cost event-loop time; it imports only workflow APIs
 # and pure models, and tests replay it sandboxed. PINNED: a board stays on the version it began on.
-@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False, versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False,
+               versioning_behavior=VersioningBehavior.PINNED)
 class OrchestratorWorkflow:
     @workflow.init
     def __init__(self, params: OrchestratorInput) -> None:
@@ -67,8 +68,9 @@ class OrchestratorWorkflow:
             s.run_key = compat.unkeyed_run_key()
         s.stats.largest_history_length = max(s.stats.largest_history_length,
                                              workflow.info().get_current_history_length())
-        workflow.logger.info("board %s: %d pending of %d, max_parallel %d (run %d)", params.board.name,
-                             len(s.pending), len(s.outcomes), run.max_parallel, s.stats.runs)
+        workflow.logger.info("board %s: %d pending of %d, max_parallel %d (run %d)",
+                             params.board.name, len(s.pending), len(s.outcomes),
+                             run.max_parallel, s.stats.runs)
         try:
             while True:
                 await self.window.dispatch()
@@ -93,7 +95,8 @@ class OrchestratorWorkflow:
             else:  # the tasks are in the clone: each page is validated as it is loaded
                 check_board_settings(params.board, "OrchestratorWorkflow input")
         except BoardError as err:
-            raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
+            raise ApplicationError(f"board refused: {err}", type="BoardError",
+                                   non_retryable=True) from None
         if not params.repo.startswith("/"):
             raise ApplicationError(f"repo {params.repo!r} must be an absolute path on the worker",
                                    non_retryable=True)
@@ -108,7 +111,8 @@ class OrchestratorWorkflow:
             await self.window.start_paging()  # branches are claimed a page at a time
         elif compat.branches_claimed_up_front():
             tasks = self.state.tasks
-            await claim_branches(params, [tasks[t].branch for t in self.s.pending if tasks[t].worktree])
+            await claim_branches(params,
+                                 [tasks[t].branch for t in self.s.pending if tasks[t].worktree])
 
     async def _cancel_everything(self) -> None:
         """Cancel running tasks and wait until each has cleaned up (killed its processes, removed

@@ -104,7 +104,8 @@ class Landings:
                 continue
             # Reported before run_task returned: kept if it is this run's op for a running task.
             task_id = task_of_landing_op(self.s.run_key, outcome.op_id)
-            if task_id in self.run.running and outcome.op_id == landing_op_id(self.s.run_key, task_id):
+            if (task_id in self.run.running
+                    and outcome.op_id == landing_op_id(self.s.run_key, task_id)):
                 self._early[outcome.op_id] = (outcome, message.batch_id)
 
     def receive_queue(self, message: QueueOutcomes) -> None:
@@ -187,9 +188,10 @@ class Landings:
         if attempt <= self.run.params.board.queue_retries:
             # Back to its implementer, on the tip the queue judged; ahead of tasks not yet started.
             self.s.stats.queue_resubmits += 1
-            self.s.queue_retries[task_id] = QueueRetry(attempt=attempt, feedback=reason[:FEEDBACK_CHARS],
-                                                       start_commit=outcome.commit)
-            self.run.set_status(task, TASK_PENDING, f"sent back by the merge queue ({outcome.status}); redoing it")
+            self.s.queue_retries[task_id] = QueueRetry(
+                attempt=attempt, feedback=reason[:FEEDBACK_CHARS], start_commit=outcome.commit)
+            self.run.set_status(task, TASK_PENDING,
+                                f"sent back by the merge queue ({outcome.status}); redoing it")
             self.s.pending.insert(0, task_id)
             self.s.flush_sent = False
             workflow.logger.info("task %s: %s by the merge queue; redoing it (attempt %d)", task_id,
@@ -199,8 +201,9 @@ class Landings:
         tries = f" after {attempt} attempt(s)" if attempt > 1 else ""
         said = telling_line(outcome.output_tail)
         # Short: a run store keeps 300 chars; the queue's outcome and lesson hold the whole tail.
-        self.run.set_status(task, TASK_FAILED, f"the merge queue answered {outcome.status}{tries}: "
-                                               f"{outcome.reason[:160]}" + (f" -- {said[:110]}" if said else ""))
+        self.run.set_status(task, TASK_FAILED,
+                            f"the merge queue answered {outcome.status}{tries}: "
+                            f"{outcome.reason[:160]}" + (f" -- {said[:110]}" if said else ""))
         self.run.after_task(task_id)
 
     def _count_queue_costs(self, outcome: EntryOutcome) -> None:
@@ -266,9 +269,9 @@ class Landings:
             news = self._news
             try:
                 await workflow.wait_condition(
-                    lambda: not self.s.awaiting_landing or bool(self.s.pending), timeout=timedelta(seconds=timeout),
-                    timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s",
-                )
+                    lambda: not self.s.awaiting_landing or bool(self.s.pending),
+                    timeout=timedelta(seconds=timeout),
+                    timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s")
             except asyncio.TimeoutError:
                 if self._news != news:
                     continue  # the merge queue is still answering: wait on
@@ -290,7 +293,8 @@ class Landings:
         outcomes, so that what the run reports as landed is what the remote holds."""
         await self.ask_to_flush()
         try:
-            await workflow.wait_condition(lambda: not self.s.awaiting_landing, timeout=CANCEL_LANDING_WAIT,
+            await workflow.wait_condition(lambda: not self.s.awaiting_landing,
+                                          timeout=CANCEL_LANDING_WAIT,
                                           timeout_summary="cancelled: wait for pushes already sent")
         except asyncio.TimeoutError:
             for task_id in self.s.awaiting_landing.values():
@@ -317,17 +321,20 @@ class QueueLandings(Landings):
 
     def workflow_id(self) -> str:
         params = self.run.params
-        return merge_queue_workflow_id(params.repo, params.remote, self.target(), self.run.task_queue)
+        return merge_queue_workflow_id(params.repo, params.remote, self.target(),
+                                       self.run.task_queue)
 
     def task_input(self, task_input: TaskInput) -> TaskInput:
         """A re-run starts from where the queue sent it back, its cached result bypassed."""
         board = self.run.params.board
         retry: Optional[QueueRetry] = self.s.queue_retries.get(task_input.task.id)
-        landing = QueueLanding(target=self.target(), verify=board.queue_verify, max_batch=board.queue_max_batch,
+        landing = QueueLanding(target=self.target(), verify=board.queue_verify,
+                               max_batch=board.queue_max_batch,
                                max_wait_seconds=board.queue_max_wait_seconds)
         if retry is None:
             return replace(task_input, queue=landing)
-        landing.attempt, landing.feedback, landing.start_commit = retry.attempt, retry.feedback, retry.start_commit
+        landing.attempt, landing.feedback, landing.start_commit = (
+            retry.attempt, retry.feedback, retry.start_commit)
         return replace(task_input, task=replace(task_input.task, refresh=True), queue=landing,
                        run_key=queue_run_key(task_input.run_key, retry.attempt))
 
@@ -337,8 +344,9 @@ class QueueLandings(Landings):
 
     def details(self) -> str:
         s = self.s.stats
-        return (f"- merge queue `{self.target()}`: {s.queue_landed} landed, {s.queue_rejected} rejected, "
-                f"{s.queue_conflicts} conflict(s), {s.queue_resubmits} sent back and redone\n")
+        return (f"- merge queue `{self.target()}`: {s.queue_landed} landed, "
+                f"{s.queue_rejected} rejected, {s.queue_conflicts} conflict(s), "
+                f"{s.queue_resubmits} sent back and redone\n")
 
 
 def queue_reason(outcome: EntryOutcome) -> str:
@@ -351,7 +359,8 @@ def queue_reason(outcome: EntryOutcome) -> str:
 def telling_line(output: str) -> str:
     """The line of a command's output that says most about a failure: the last one naming an
     exception (`ImportError: ...`), else an `error:`, else a failure, else the last one."""
-    lines = [line.strip() for line in output.splitlines() if line.strip() and not set(line.strip()) <= set("=-_*")]
+    lines = [line.strip() for line in output.splitlines()
+             if line.strip() and not set(line.strip()) <= set("=-_*")]
     for words in (("Error:", "Exception:"), ("error:", "Error"), ("FAIL", "failed")):
         for line in reversed(lines):
             if any(word in line for word in words):

@@ -22,7 +22,12 @@ with workflow.unsafe.imports_passed_through():
         ReadOutcomesRequest,
         RecordedBatch,
     )
-    from taskfleet.core.models.orchestrator import TASK_SUCCEEDED, OrchestratorState, TaskOutcome, TaskProgress
+    from taskfleet.core.models.orchestrator import (
+        TASK_SUCCEEDED,
+        OrchestratorState,
+        TaskOutcome,
+        TaskProgress,
+    )
     from taskfleet.core.models.paging import FAILED_IDS_CAP
     from taskfleet.core.names import (
         ACTIVITY_READ_OUTCOMES,
@@ -72,7 +77,8 @@ class OutcomeRecorder:
         self._unrecorded_bytes += _cost(outcome)
         self.recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed, outcome.reason,
                                         verdict=outcome.verdict))
-        if len(self._unrecorded) >= RECORD_BATCH_OUTCOMES or self._unrecorded_bytes >= RECORD_BATCH_BYTES:
+        if (len(self._unrecorded) >= RECORD_BATCH_OUTCOMES
+                or self._unrecorded_bytes >= RECORD_BATCH_BYTES):
             self._start()
 
     def _start(self) -> None:
@@ -94,12 +100,11 @@ class OutcomeRecorder:
                                     outcomes=[o for o, _ in batch], rows=[r for _, r in batch])
             # A local activity: the append (milliseconds, in-process git) needs no server round
             # trip; a run's last append completes with it. Every worker of a board sees the clone.
-            execute = workflow.execute_local_activity if compat.outcomes_recorded_locally() else workflow.execute_activity
-            await execute(
-                ACTIVITY_RECORD_OUTCOMES, outcomes,
-                result_type=RecordedBatch, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
-                summary=f"record {len(batch)} outcome(s)",
-            )
+            execute = (workflow.execute_local_activity if compat.outcomes_recorded_locally()
+                       else workflow.execute_activity)
+            await execute(ACTIVITY_RECORD_OUTCOMES, outcomes, result_type=RecordedBatch,
+                          start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
+                          summary=f"record {len(batch)} outcome(s)")
             del self._unrecorded[: len(batch)]
             self._unrecorded_bytes = max(0, self._unrecorded_bytes - size)
             p.batches += 1
@@ -123,7 +128,6 @@ class OutcomeRecorder:
         page: OutcomePage = await workflow.execute_activity(
             ACTIVITY_READ_OUTCOMES,
             ReadOutcomesRequest(repo=self.repo, run_ref=p.run_ref, max_bytes=PAGE_MAX_BYTES),
-            result_type=OutcomePage, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
-            summary="read the run's outcomes",
-        )
+            result_type=OutcomePage, start_to_close_timeout=timedelta(seconds=120),
+            retry_policy=STORE_RETRY, summary="read the run's outcomes")
         return page.outcomes if page.complete else []

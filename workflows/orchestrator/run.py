@@ -46,7 +46,7 @@ class RunState:
         self.stages: dict[str, str] = {}
         self.draining = False  # continue-as-new is due: start nothing more
         self.recorder = OutcomeRecorder(params.repo, self.s)  # finished ones, to the run store
-        self.rows: dict[str, int] = {}  # task id -> its row on a stored board (loaded, not finished)
+        self.rows: dict[str, int] = {}  # task id -> its stored board row (loaded, not finished)
         if self.s.paging is not None:  # the counts travel in the state, since outcomes do not
             self.tally = self.s.paging.counts
             self.rows = dict(self.s.paging.awaiting_rows)
@@ -77,7 +77,8 @@ class RunState:
         """A paged run records a task's outcome once it is final: finished, and landed or not."""
         if not self.paged or task_id in self.running or task_id not in self.s.outcomes:
             return
-        if task_id in self.s.awaiting_landing.values() or self.s.outcomes[task_id].status == TASK_PENDING:
+        if (task_id in self.s.awaiting_landing.values()
+                or self.s.outcomes[task_id].status == TASK_PENDING):
             return  # landing, or sent back by the merge queue to run again
         outcome = self.s.outcomes.pop(task_id)
         self.tasks.pop(task_id, None)

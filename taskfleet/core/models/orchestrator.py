@@ -227,7 +227,7 @@ class TaskInput:
     remote: str
     base: str
     land: str
-    run_key: str  # `<workflow id>@<first run id>` (older runs: the id alone): commit trailer, op ids
+    run_key: str  # `<workflow id>@<first run id>` (older: the id alone): commit trailer, op ids
     reply_to: str
     git_task_queue: str
     git_max_batch_size: int = 10
