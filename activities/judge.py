@@ -139,8 +139,7 @@ def verify_output(log_tail: str) -> str:
 
 
 def command_review(code: int | None, stdout: str, command: str, timeout: float) -> Review:
-    """A judge command's verdict: its exit code; its stdout lines are the reasons (`path:line: text`
-    lines are comments too)."""
+    """Verdict by exit code; stdout lines are the reasons, `path:line: text` lines comments too."""
     verdict = JUDGE_EXIT.get(code, VERDICT_REJECT) if code is not None else VERDICT_REJECT
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]
     comments = [ReviewComment(path=m.group(1), line=int(m.group(2)),

@@ -72,8 +72,7 @@ class PayloadStore:
             return list(pool.map(one, refs))
 
     def prune(self, before: float, dry_run: bool = False) -> tuple[int, int, int, int]:
-        """Remove payloads last stored before `before` (epoch seconds): (removed, their bytes,
-        kept, their bytes)."""
+        """Remove payloads last stored before `before` (epoch s): (removed, bytes, kept, bytes)."""
         gone = gone_bytes = kept = kept_bytes = 0
         old: list[str] = []
         for key, size, stored_at in self._list():

@@ -17,8 +17,7 @@ EDITS_TOOL = "apply_edits"
 
 
 async def request_params(store: PayloadStore, request: ModelRequest) -> dict:
-    """The Messages API params: the prepared request with the later turns appended (an assistant
-    turn's content read from its stored reply)."""
+    """The Messages API params: the prepared request plus later turns (replies read back)."""
     params = dict(await store.get_json(request.prepared) if request.prepared else request.params)
     messages = list(params.get("messages") or [])
     for turn in request.turns:

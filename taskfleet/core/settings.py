@@ -57,8 +57,7 @@ class TaskfleetSettings:
         default_factory=lambda: os.environ.get("TASKFLEET_PAYLOAD_STORE", ""))
 
     def __post_init__(self) -> None:
-        # Absolute once, here: git resolves a relative path against the clone and the executor
-        # against its worktree, which would scatter `.taskfleet/` folders into users' repositories.
+        # Absolute once: relative, git and the executor would resolve it inside users' repositories.
         self.state_dir = _absolute(self.state_dir)
         self.lessons_path = (_absolute(self.lessons_path) if self.lessons_path
                              else self.state_dir / "lessons.jsonl")

@@ -42,8 +42,7 @@ def default_review(task_id: str, params: dict) -> Behavior:
 
 
 def default_plan(params: dict) -> Behavior:
-    """Two tasks that work on any repository: each writes `plan/<id>.md` naming the goal; the
-    verify command checks the file. Fewer when the request allows fewer."""
+    """Up to two tasks that work on any repository, each writing the `plan/<id>.md` it verifies."""
     text = _user_text(params)
     goal = (GOAL.search(text).group(1).strip() if GOAL.search(text) else "the goal")[:200]
     limit = int(MAX_TASKS.search(text).group(1)) if MAX_TASKS.search(text) else 2

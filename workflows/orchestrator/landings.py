@@ -234,8 +234,7 @@ class Landings:
 
     def forget_old_pushes(self) -> None:
         if self.run.paged and len(self.s.landed_batches) > RECENT_PUSHES:
-            # Counted, then forgotten: landings of one batch arrive together, so the last few ids
-            # are enough to count each push once.
+            # A batch's landings arrive together: the last few ids suffice to count each push once.
             del self.s.landed_batches[0]
             self.s.paging.pushes_forgotten += 1
 

@@ -82,8 +82,7 @@ class JudgeAnswer:
 
 @dataclass
 class JudgeVerdict:
-    """The review in a reply (kept in the result cache, a lesson unless approve), or why it does
-    not fit the schema (`problem`, sent back to the judge once)."""
+    """A reply's review, or why it breaks the schema (`problem`, sent back to the judge once)."""
 
     review: Optional[Review] = None
     problem: str = ""

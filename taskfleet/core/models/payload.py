@@ -34,8 +34,7 @@ def ref_of(raw: Any) -> Optional[PayloadRef]:
 
 
 def compact(value: Any) -> Any:
-    """A dataclass as a JSON-ready dict without the fields at their defaults: the receiver's
-    dataclass fills them in again, so it is the same value in fewer history bytes."""
+    """A dataclass as a JSON dict without fields at their defaults: the same value, fewer bytes."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {}
         for f in dataclasses.fields(value):
