@@ -102,24 +102,15 @@ class WorkerServices:
 
     def activities(self) -> list[Callable]:
         return [
-            self.git.push_batch,
-            self.lesson_activities.query_lessons,
-            self.lesson_activities.record_lesson,
-            self.lesson_activities.lessons_stats,
-            self.tasks.run_task,
-            self.tasks.land_task,
-            self.run_checks.claim_branches,
-            self.run_checks.check_task_env,
-            *self.llm.activities(),
-            *self.llm_api.activities(),
-            *self.plans.activities(),
+            self.git.push_batch, self.lesson_activities.query_lessons,
+            self.lesson_activities.record_lesson, self.lesson_activities.lessons_stats,
+            self.tasks.run_task, self.tasks.land_task,
+            self.run_checks.claim_branches, self.run_checks.check_task_env,
+            *self.llm.activities(), *self.llm_api.activities(), *self.plans.activities(),
             *self.judges.activities(),
-            self.boards.store_board,
-            self.boards.load_board_page,
-            self.boards.record_outcomes,
+            self.boards.store_board, self.boards.load_board_page, self.boards.record_outcomes,
             self.boards.read_outcomes,
-            self.task_groups.run_task_group,
-            *self.merge_queue.activities(),
+            self.task_groups.run_task_group, *self.merge_queue.activities(),
         ]
 
     async def start(self) -> None:
@@ -128,10 +119,8 @@ class WorkerServices:
         names = self.templates.load()
         stats = await asyncio.to_thread(self.lessons.load)
         if stats.malformed_lines:
-            log.warning(
-                "lessons file %s: skipped %d malformed line(s), first at lines %s",
-                stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10],
-            )
+            log.warning("lessons file %s: skipped %d malformed line(s), first at lines %s",
+                        stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10])
         await asyncio.to_thread(self.result_cache.open)
         await self.llm_api.preload()
         stale = await asyncio.to_thread(self.workspace.prune_stale)
@@ -233,12 +222,9 @@ class TaskfleetPlugin(SimplePlugin):
     def __init__(self, settings: TaskfleetSettings | None = None) -> None:
         self.settings = settings or TaskfleetSettings()
         self.services = WorkerServices(self.settings)
-        super().__init__(
-            "taskfleet.TaskfleetPlugin",
-            workflows=_appending(lambda: WORKFLOWS),
-            activities=_appending(self.services.activities),
-            workflow_runner=_with_passthrough,
-        )
+        super().__init__("taskfleet.TaskfleetPlugin", workflows=_appending(lambda: WORKFLOWS),
+                         activities=_appending(self.services.activities),
+                         workflow_runner=_with_passthrough)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """A cancel reaches a task only in a heartbeat's answer: throttled to 1 s, not the SDK's

@@ -47,68 +47,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Run the taskfleet Temporal worker.")
     parser.add_argument("--version", action="version",
                         version=f"taskfleet-worker {taskfleet.__version__}")
-    parser.add_argument(
-        "--dev",
-        action="store_true",
-        help="use the server at the address, or start the embedded dev server there (SQLite in the "
-        "state dir, Web UI on --ui-port)",
-    )
+    parser.add_argument("--dev", action="store_true",
+                        help="use the server at the address, or start the embedded dev server "
+                             "there (SQLite in the state dir, Web UI on --ui-port)")
     parser.add_argument("--address", help="host:port (default: TEMPORAL_ADDRESS or localhost:7233)")
     parser.add_argument("--namespace", help="namespace (default: TEMPORAL_NAMESPACE or default)")
-    parser.add_argument(
-        "--task-queue",
-        default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE),
-        help="task queue to poll (env TASKFLEET_TASK_QUEUE; default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-concurrent-activities",
-        type=int,
-        default=None,
-        help="activity slots (env TASKFLEET_MAX_CONCURRENT_ACTIVITIES; default 100)",
-    )
-    parser.add_argument(
-        "--metrics-address",
-        default=os.environ.get("TASKFLEET_METRICS_ADDRESS"),
-        help="serve Prometheus metrics on host:port (env TASKFLEET_METRICS_ADDRESS)",
-    )
-    parser.add_argument(
-        "--ui-port", type=int, default=None, help="dev server Web UI port (default: port + 1000)"
-    )
-    parser.add_argument(
-        "--state-dir",
-        default=os.environ.get("TASKFLEET_STATE_DIR", ".taskfleet"),
-        help="where the dev server database, logs and caches live (env TASKFLEET_STATE_DIR)",
-    )
-    parser.add_argument(
-        "--deployment-name",
-        default=os.environ.get("TASKFLEET_DEPLOYMENT_NAME") or None,
-        help="run as a version of this Worker Deployment (with --build-id; env "
-        "TASKFLEET_DEPLOYMENT_NAME)",
-    )
-    parser.add_argument(
-        "--build-id",
-        default=os.environ.get("TASKFLEET_BUILD_ID") or None,
-        help="this worker's version in the deployment (env TASKFLEET_BUILD_ID)",
-    )
-    parser.add_argument(
-        "--task-env",
-        default=os.environ.get("TASKFLEET_TASK_ENV", ""),
-        help="worker variables task processes may see beyond PATH, HOME, locale, TZ and git "
-        "identity: names or patterns, comma-separated (env TASKFLEET_TASK_ENV; default none)",
-    )
-    parser.add_argument(
-        "--process-trees",
-        choices=("auto", "pid-namespace", "process-group"),
-        default=os.environ.get("TASKFLEET_PROCESS_TREES") or "auto",
-        help="how a task's processes die with it and with the worker: a PID namespace per command "
-        "where allowed (auto), required, or process groups (env TASKFLEET_PROCESS_TREES)",
-    )
-    parser.add_argument(
-        "--shutdown-grace-seconds",
-        type=float,
-        default=float(os.environ.get("TASKFLEET_SHUTDOWN_GRACE_SECONDS", "10")),
-        help="how long in-flight activities may finish after Ctrl-C or SIGTERM",
-    )
+    parser.add_argument("--task-queue",
+                        default=os.environ.get("TASKFLEET_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+                        help="task queue to poll (env TASKFLEET_TASK_QUEUE; default %(default)s)")
+    parser.add_argument("--max-concurrent-activities", type=int, default=None,
+                        help="activity slots (env TASKFLEET_MAX_CONCURRENT_ACTIVITIES; "
+                             "default 100)")
+    parser.add_argument("--metrics-address", default=os.environ.get("TASKFLEET_METRICS_ADDRESS"),
+                        help="serve Prometheus metrics on host:port "
+                             "(env TASKFLEET_METRICS_ADDRESS)")
+    parser.add_argument("--ui-port", type=int, default=None,
+                        help="dev server Web UI port (default: port + 1000)")
+    parser.add_argument("--state-dir", default=os.environ.get("TASKFLEET_STATE_DIR", ".taskfleet"),
+                        help="where the dev server database, logs and caches live "
+                             "(env TASKFLEET_STATE_DIR)")
+    parser.add_argument("--deployment-name",
+                        default=os.environ.get("TASKFLEET_DEPLOYMENT_NAME") or None,
+                        help="run as a version of this Worker Deployment (with --build-id; env "
+                             "TASKFLEET_DEPLOYMENT_NAME)")
+    parser.add_argument("--build-id", default=os.environ.get("TASKFLEET_BUILD_ID") or None,
+                        help="this worker's version in the deployment (env TASKFLEET_BUILD_ID)")
+    parser.add_argument("--task-env", default=os.environ.get("TASKFLEET_TASK_ENV", ""),
+                        help="worker variables task processes may see beyond PATH, HOME, locale, "
+                             "TZ and git identity: names or patterns, comma-separated (env "
+                             "TASKFLEET_TASK_ENV; default none)")
+    parser.add_argument("--process-trees", choices=("auto", "pid-namespace", "process-group"),
+                        default=os.environ.get("TASKFLEET_PROCESS_TREES") or "auto",
+                        help="how a task's processes die with it and with the worker: a PID "
+                             "namespace per command where allowed (auto), required, or process "
+                             "groups (env TASKFLEET_PROCESS_TREES)")
+    parser.add_argument("--shutdown-grace-seconds", type=float,
+                        default=float(os.environ.get("TASKFLEET_SHUTDOWN_GRACE_SECONDS", "10")),
+                        help="how long in-flight activities may finish after Ctrl-C or SIGTERM")
     return parser.parse_args(argv)
 
 
@@ -131,8 +106,7 @@ async def run(args: argparse.Namespace) -> None:
     versioning = deployment_config(args)
     config = load_connect_config(args.address, args.namespace)
     max_activities = args.max_concurrent_activities or _env_int(
-        "TASKFLEET_MAX_CONCURRENT_ACTIVITIES", 100
-    )
+        "TASKFLEET_MAX_CONCURRENT_ACTIVITIES", 100)
     if max_activities < 1:
         raise StartupError("--max-concurrent-activities must be at least 1")
     runtime = make_runtime(args.metrics_address)
@@ -151,8 +125,7 @@ async def run(args: argparse.Namespace) -> None:
     async with AsyncExitStack() as stack:
         if args.dev:
             session = await stack.enter_async_context(
-                dev_server_session(config, state_dir, args.ui_port, runtime)
-            )
+                dev_server_session(config, state_dir, args.ui_port, runtime))
             client, ui = session.client, f" ui={session.ui_url}"
             origin = ("started the embedded dev server" if session.started_here
                       else "reusing the server")
@@ -160,22 +133,15 @@ async def run(args: argparse.Namespace) -> None:
             client = await connect(config, runtime)
             ui = ""  # a cluster's Web UI address is not something a worker can know
             origin = "connected"
-        worker = Worker(
-            client,
-            task_queue=args.task_queue,
-            plugins=[TaskfleetPlugin(settings)],
-            max_concurrent_activities=max_activities,
-            graceful_shutdown_timeout=timedelta(seconds=args.shutdown_grace_seconds),
-            deployment_config=versioning,
-        )
+        worker = Worker(client, task_queue=args.task_queue, plugins=[TaskfleetPlugin(settings)],
+                        max_concurrent_activities=max_activities,
+                        graceful_shutdown_timeout=timedelta(seconds=args.shutdown_grace_seconds),
+                        deployment_config=versioning)
         metrics = f" metrics=http://{args.metrics_address}/metrics" if args.metrics_address else ""
         version = (f" deployment_version={versioning.version.to_canonical_string()}" if versioning
                    else "")
-        print(
-            f"taskfleet worker: {origin}, {describe(config)} task_queue={args.task_queue}"
-            f"{ui}{metrics}{version} pid={os.getpid()}",
-            flush=True,
-        )
+        print(f"taskfleet worker: {origin}, {describe(config)} task_queue={args.task_queue}"
+              f"{ui}{metrics}{version} pid={os.getpid()}", flush=True)
         # A task, so that a failed start ends us with its message rather than await a Ctrl-C.
         running = asyncio.create_task(worker.run())
         stopping = asyncio.create_task(stop.wait())

@@ -87,8 +87,7 @@ def _replace_once(text: str, old: str, new: str, where: str) -> str:
         if len(starts) > 1:
             raise EditRefused(
                 f"{where}: old_text occurs {len(starts)} times (ignoring trailing whitespace); "
-                "include more context so it occurs once"
-            )
+                "include more context so it occurs once")
     raise EditRefused(
         f"{where}: old_text was not found (not even ignoring trailing whitespace per line)")
 

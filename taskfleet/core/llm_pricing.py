@@ -20,10 +20,7 @@ def price_of(model: str) -> tuple[float, float]:
 
 def estimate_cost(model: str, usage: LLMUsage, batched: bool) -> float:
     price_in, price_out = price_of(model)
-    dollars = (
-        usage.input_tokens * price_in
-        + usage.cache_read_tokens * price_in * 0.1
-        + usage.cache_creation_tokens * price_in * 1.25
-        + usage.output_tokens * price_out
-    ) / 1_000_000
+    dollars = (usage.input_tokens * price_in + usage.cache_read_tokens * price_in * 0.1
+               + usage.cache_creation_tokens * price_in * 1.25
+               + usage.output_tokens * price_out) / 1_000_000
     return round(dollars * (BATCH_DISCOUNT if batched else 1.0), 6)

@@ -21,11 +21,8 @@ def ref_of(raw: Any) -> Optional[PayloadRef]:
     """A reference from a payload typed by anyone (a dict or a PayloadRef), or None if not one."""
     if isinstance(raw, PayloadRef):
         raw = raw.__dict__
-    if (
-        not isinstance(raw, dict)
-        or not isinstance(raw.get("key"), str)
-        or not KEY.match(raw["key"])
-    ):
+    if (not isinstance(raw, dict) or not isinstance(raw.get("key"), str)
+            or not KEY.match(raw["key"])):
         return None
     size = raw.get("size", 0)
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
