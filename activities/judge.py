@@ -1,11 +1,7 @@
-"""The judge's activities: the request a Claude judge answers (kept in the payload store), its
-stored answer checked against `submit_review`, a judge command run in the task's worktree with the
-diff on stdin, and what a verdict leaves behind (result cache, lessons).
-
-Both kinds of judge see the same things: the task's diff against its base, its scope and
-acceptance, the end of its verify output and the lessons of earlier reviews (`activity_type`
-"judge"), rendered through the task's `judge_template`.
-"""
+"""The judge's activities: a Claude judge's request (in the payload store) and its answer checked
+against `submit_review`, or a judge command in the task's worktree with the diff on stdin; a verdict
+leaves a cached result and a lesson. Both kinds see the task's diff, scope, acceptance, verify
+output and earlier judge lessons, through its `judge_template`."""
 
 from __future__ import annotations
 
@@ -77,20 +73,24 @@ JUDGE_EXIT = {0: VERDICT_APPROVE, 2: VERDICT_REVISE}  # any other exit code (or 
 _COMMENT_LINE = re.compile(r"^([^\s:][^:]*):(\d+):\s*(.+)$")
 SUBMIT_REVIEW_TOOL = {
     "name": TOOL_NAME,
-    "description": "Submit your review of the change: a verdict, its reasons, and comments tied to lines.",
+    "description": "Submit your review of the change: a verdict, its reasons, and comments tied "
+                   "to lines.",
     "input_schema": {
         "type": "object",
         "properties": {
             "verdict": {"type": "string", "enum": ["approve", "revise", "reject"],
-                        "description": "approve: it lands; revise: the implementer fixes it; reject: it never lands"},
-            "reasons": {"type": "array", "items": {"type": "string"}, "description": "why, one point each"},
+                        "description": "approve: it lands; revise: the implementer fixes it; "
+                                       "reject: it never lands"},
+            "reasons": {"type": "array", "items": {"type": "string"},
+                        "description": "why, one point each"},
             "comments": {
                 "type": "array",
                 "items": {
                     "type": "object",
                     "properties": {
                         "path": {"type": "string"},
-                        "line": {"type": "integer", "description": "line in the new file (optional)"},
+                        "line": {"type": "integer",
+                                 "description": "line in the new file (optional)"},
                         "text": {"type": "string"},
                     },
                     "required": ["path", "text"],
@@ -101,12 +101,11 @@ SUBMIT_REVIEW_TOOL = {
     },
 }
 JUDGE_RULES = (
-    "You are a judge (a code reviewer) working for taskfleet. You answer only through the submit_review "
-    "tool. A task's change reaches you after its verify command passed; your verdict decides what happens "
-    "next: approve lands it, revise sends your reasons and comments back to its implementer for another "
-    "attempt, reject fails the task and nothing lands. Tie comments to a path and, where you can, a line "
-    "of the new file."
-)
+    "You are a judge (a code reviewer) working for taskfleet. You answer only through the "
+    "submit_review tool. A task's change reaches you after its verify command passed; your verdict "
+    "decides what happens next: approve lands it, revise sends your reasons and comments back to "
+    "its implementer for another attempt, reject fails the task and nothing lands. Tie comments to "
+    "a path and, where you can, a line of the new file.")
 
 
 @dataclass
@@ -121,9 +120,11 @@ class _Seen:
 
 
 def _git(repo: str, *args: str) -> bytes:
-    done = subprocess.run(["git", "-C", repo, *args], capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    done = subprocess.run(["git", "-C", repo, *args], capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=300)
     if done.returncode != 0:
-        raise ApplicationError(f"git {' '.join(args[:2])} in {repo}: {done.stderr.decode(errors='replace').strip()[:300]}",
+        raise ApplicationError(f"git {' '.join(args[:2])} in {repo}: "
+                               f"{done.stderr.decode(errors='replace').strip()[:300]}",
                                type="JudgeSetupError")
     return done.stdout
 
@@ -138,11 +139,11 @@ def verify_output(log_tail: str) -> str:
 
 
 def command_review(code: int | None, stdout: str, command: str, timeout: float) -> Review:
-    """A judge command's verdict: its exit code; its stdout lines are the reasons (`path:line: text`
-    lines are comments too)."""
+    """Verdict by exit code; stdout lines are the reasons, `path:line: text` lines comments too."""
     verdict = JUDGE_EXIT.get(code, VERDICT_REJECT) if code is not None else VERDICT_REJECT
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]
-    comments = [ReviewComment(path=m.group(1), line=int(m.group(2)), text=m.group(3)[:TEXT_MAX_CHARS])
+    comments = [ReviewComment(path=m.group(1), line=int(m.group(2)),
+                              text=m.group(3)[:TEXT_MAX_CHARS])
                 for m in map(_COMMENT_LINE.match, lines) if m][:MAX_COMMENTS]
     reasons = [line[:TEXT_MAX_CHARS] for line in lines[:MAX_REASONS]]
     if code is None:
@@ -165,8 +166,9 @@ def review_of(data: Any) -> Review:
 
 
 class JudgeActivities:
-    def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache,
-                 results: ResultCache, workspace: Workspace, store: PayloadStore) -> None:
+    def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex,
+                 templates: TemplateCache, results: ResultCache, workspace: Workspace,
+                 store: PayloadStore) -> None:
         self.settings = settings
         self.llm = llm
         self.store = store
@@ -181,15 +183,16 @@ class JudgeActivities:
     async def _seen(self, request: JudgeRequest, diff_cap: int, params: TaskInput) -> _Seen:
         task = params.task
         base, tree, diff, stat = await asyncio.to_thread(self._read, params, request.commit)
-        shown = diff if len(diff) <= diff_cap else diff[: diff.rfind("\n", 0, diff_cap) + 1 or diff_cap]
+        shown = (diff if len(diff) <= diff_cap
+                 else diff[: diff.rfind("\n", 0, diff_cap) + 1 or diff_cap])
         output = verify_output(request.verify_tail)
-        lessons = self.lessons.query(LessonQuery(task_type=task.task_type, activity_type="judge", limit=JUDGE_LESSONS))
-        context = {
-            "task": asdict(task), "board": {"base": params.base, "land": params.land}, "attempt": request.attempt,
-            "commit": request.commit, "base_commit": base, "diff": shown, "diff_bytes": len(diff),
-            "diff_cut": len(shown) < len(diff), "diff_stat": stat[:STAT_MAX_CHARS], "verify_output": output,
-            "lessons": [asdict(m.lesson) for m in lessons],
-        }
+        lessons = self.lessons.query(
+            LessonQuery(task_type=task.task_type, activity_type="judge", limit=JUDGE_LESSONS))
+        context = {"task": asdict(task), "board": {"base": params.base, "land": params.land},
+                   "attempt": request.attempt, "commit": request.commit, "base_commit": base,
+                   "diff": shown, "diff_bytes": len(diff), "diff_cut": len(shown) < len(diff),
+                   "diff_stat": stat[:STAT_MAX_CHARS], "verify_output": output,
+                   "lessons": [asdict(m.lesson) for m in lessons]}
         try:
             prompt = (await self.templates.render_with_limit(task.judge_template, context)).text
             keyed = (await self.templates.render_with_limit(
@@ -201,18 +204,20 @@ class JudgeActivities:
 
     @staticmethod
     def _read(params: TaskInput, commit: str) -> tuple[str, str, str, str]:
-        """The task's base commit (where its branch left the base), the commit's tree, the diff, its stat."""
+        """The task's base commit (where its branch left base), the commit's tree, diff, stat."""
         repo = params.repo
         base = ""
         for ref in (f"refs/heads/{params.base}", f"refs/remotes/{params.remote}/{params.base}"):
-            done = subprocess.run(["git", "-C", repo, "merge-base", ref, commit], capture_output=True, text=True,
+            done = subprocess.run(["git", "-C", repo, "merge-base", ref, commit],
+                                  capture_output=True, text=True,
                                   stdin=subprocess.DEVNULL, timeout=60)
             if done.returncode == 0:
                 base = done.stdout.strip()
                 break
         if not base:
-            raise ApplicationError(f"task {params.task.id}: commit {commit[:12]} shares no history with "
-                                   f"{params.base} in {repo}", type="BadTaskSetup", non_retryable=True)
+            raise ApplicationError(f"task {params.task.id}: commit {commit[:12]} shares no history "
+                                   f"with {params.base} in {repo}", type="BadTaskSetup",
+                                   non_retryable=True)
         tree = _git(repo, "rev-parse", f"{commit}^{{tree}}").decode().strip()
         flags = ("--no-color", "--no-ext-diff", "--no-renames")
         diff = _git(repo, "diff", *flags, base, commit).decode(errors="replace")
@@ -223,10 +228,8 @@ class JudgeActivities:
 
     @activity.defn(name=ACTIVITY_JUDGE_PREPARE)
     async def prepare(self, request: JudgeRequest, submit: SubmitInput | None = None) -> Any:
-        """The judge's request (rules as a cached system prefix, the rendered template as the user
-        turn, `submit_review` forced) in the payload store, its cache key, and the verdict cached
-        for it if any. With `submit`, the request goes to the batcher now (unless the cache
-        answered)."""
+        """The stored request (rules as a cached system prefix, `submit_review` forced), its cache
+        key and any cached verdict; with `submit`, sent to the batcher unless cached."""
         params = request.task_input
         if params is None:  # stored by the task's own steps
             assert request.task is not None
@@ -236,12 +239,14 @@ class JudgeActivities:
         request_params = {
             "model": task.judge_model or task.model or self.llm.default_model,
             "max_tokens": task.judge_max_tokens,
-            "system": [{"type": "text", "text": JUDGE_RULES, "cache_control": {"type": "ephemeral"}}],
+            "system": [{"type": "text", "text": JUDGE_RULES,
+                        "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": "user", "content": [{"type": "text", "text": seen.prompt}]}],
             "tools": [SUBMIT_REVIEW_TOOL],
             "tool_choice": {"type": "tool", "name": TOOL_NAME},
         }
-        keyed = {**request_params, "messages": [{"role": "user", "content": [{"type": "text", "text": seen.key_prompt}]}]}
+        keyed = {**request_params, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": seen.key_prompt}]}]}
         key = cache_key(kind="judge", params=keyed, tree=seen.tree)
         stored = await self.store.put_json(request_params)
         prepared = PreparedJudge(request=stored, model=request_params["model"], cache_key=key,
@@ -292,10 +297,11 @@ class JudgeActivities:
         if review.verdict == VERDICT_APPROVE:
             return
         task = params.task
-        lesson = Lesson(task_type=task.task_type, activity_type="judge", failure_type=f"judge_{review.verdict}",
+        lesson = Lesson(task_type=task.task_type, activity_type="judge",
+                        failure_type=f"judge_{review.verdict}",
                         failure_msg=review_text(review)[:4000],
-                        metadata={"task_id": task.id, "branch": task.branch, "run": params.run_key, "commit": commit,
-                                  "judge": judge})
+                        metadata={"task_id": task.id, "branch": task.branch, "run": params.run_key,
+                                  "commit": commit, "judge": judge})
         try:
             await asyncio.to_thread(self.lessons.record, lesson)
         except (OSError, ValueError) as err:
@@ -312,8 +318,8 @@ class JudgeActivities:
         task = params.task
         outcome = JudgeOutcome(source=JUDGE_BY_COMMAND, tally=JudgeTally())
         seen = await self._seen(request, max(self.llm.judge_diff_max_bytes, 1), params)
-        key = cache_key(kind="judge-command", command=task.judge_run, diff=seen.diff, prompt=seen.key_prompt,
-                        tree=seen.tree)
+        key = cache_key(kind="judge-command", command=task.judge_run, diff=seen.diff,
+                        prompt=seen.key_prompt, tree=seen.tree)
         cached = None if task.refresh else self.results.get(f"judge:{key}")
         if cached is not None:
             outcome.review, outcome.cache_hit, outcome.tally.cache_hits = review_of(cached), True, 1
@@ -326,22 +332,25 @@ class JudgeActivities:
         log_path = run_dir / f"{task_file_stem(task.id)}.log"
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
         try:
-            async with self.workspace.checkout(params.repo, task.branch, request.commit, heartbeat) as worktree:
-                env = {**_without_api_keys(), "TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
-                       "TASKFLEET_BASE": params.base, "TASKFLEET_WORKTREE": str(worktree.path),
-                       "TASKFLEET_COMMIT": request.commit, "TASKFLEET_BASE_COMMIT": seen.base_commit,
+            async with self.workspace.checkout(params.repo, task.branch, request.commit,
+                                               heartbeat) as worktree:
+                env = {**_without_api_keys(), "TASKFLEET_TASK_ID": task.id,
+                       "TASKFLEET_BRANCH": task.branch, "TASKFLEET_BASE": params.base,
+                       "TASKFLEET_WORKTREE": str(worktree.path), "TASKFLEET_COMMIT": request.commit,
+                       "TASKFLEET_BASE_COMMIT": seen.base_commit,
                        "TASKFLEET_PROMPT_FILE": str(files["prompt.md"])}
                 no_detached_git_maintenance(env)
                 with open(log_path, "a+b") as log, open(files["diff"], "rb") as diff, \
                         open(files["out"], "w+b") as out:
                     async with self.workspace.commands(heartbeat) as run:
-                        ran = await run(task.judge_run, worktree.path, env, log, task.timeout_seconds, "judge",
-                                        stdin=diff, stdout=out)
+                        ran = await run(task.judge_run, worktree.path, env, log,
+                                        task.timeout_seconds, "judge", stdin=diff, stdout=out)
                     out.seek(0)
                     stdout = out.read(64 * 1024).decode(errors="replace")
         except BranchCheckedOut as err:
             raise needs_a_person(err) from None
-        review = command_review(None if ran.timed_out else ran.exit_code, stdout, task.judge_run, task.timeout_seconds)
+        review = command_review(None if ran.timed_out else ran.exit_code, stdout, task.judge_run,
+                                task.timeout_seconds)
         outcome.review, outcome.tally.calls = review, 1
         count(outcome.tally, review)
         self.results.put(f"judge:{key}", asdict(review))

@@ -1,10 +1,7 @@
 """The task side of the Claude implementer's activities: a task's request prepared (prompt, context
-files, cache key) and stored, the model's edits read from its stored reply and applied in a
-worktree, verified, committed and landed, and a failed attempt kept as a lesson. Sending the
-request is `llm_api.py`'s.
-
-Each is short: no activity waits for the model (the workflows do, on timers and signals).
-"""
+files, cache key) and stored; the model's edits from its stored reply applied in a worktree,
+verified, committed and landed; a failed attempt kept as a lesson. None waits for the model (the
+workflows do); sending the request is `llm_api.py`'s."""
 
 from __future__ import annotations
 
@@ -50,15 +47,19 @@ from taskfleet.core.models.llm import ApplyInput, FailureInput, PreparedRequest,
 from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
 from taskfleet.core.models.payload import compact
 from taskfleet.core.models.review import STAGE_VERIFYING
-from taskfleet.core.names import ACTIVITY_LLM_APPLY, ACTIVITY_LLM_PREPARE, ACTIVITY_LLM_RECORD_FAILURE
+from taskfleet.core.names import (
+    ACTIVITY_LLM_APPLY,
+    ACTIVITY_LLM_PREPARE,
+    ACTIVITY_LLM_RECORD_FAILURE,
+)
 
 TOOL_NAME = EDITS_TOOL
 APPLY_EDITS_TOOL = {
     "name": TOOL_NAME,
     "description": (
-        "Apply text edits to files of the repository. Each edit replaces old_text, which must occur "
-        "exactly once in the file, with new_text; an empty old_text creates a new file. Paths are "
-        "relative to the repository root."
+        "Apply text edits to files of the repository. Each edit replaces old_text, which must "
+        "occur exactly once in the file, with new_text; an empty old_text creates a new file. "
+        "Paths are relative to the repository root."
     ),
     "input_schema": {
         "type": "object",
@@ -81,20 +82,20 @@ APPLY_EDITS_TOOL = {
     },
 }
 SHARED_RULES = (
-    "You are an implementer working for taskfleet. You change files only through the apply_edits tool: "
-    "taskfleet applies your edits in a fresh worktree of the repository, runs the task's verify command, "
-    "and commits and lands the branch when it exits 0. Each edit replaces old_text, which must occur "
-    "exactly once in its file (copy it exactly, with enough surrounding lines to be unique), with "
-    "new_text; an empty old_text creates a new file. Paths are relative to the repository root; never "
-    "edit under .git. If a verify run fails, you get its output and may send corrected edits, which "
-    "apply to the original base again (not on top of your earlier edits). Make the smallest change "
-    "that does the task."
-)
+    "You are an implementer working for taskfleet. You change files only through the apply_edits "
+    "tool: taskfleet applies your edits in a fresh worktree of the repository, runs the task's "
+    "verify command, and commits and lands the branch when it exits 0. Each edit replaces "
+    "old_text, which must occur exactly once in its file (copy it exactly, with enough surrounding "
+    "lines to be unique), with new_text; an empty old_text creates a new file. Paths are relative "
+    "to the repository root; never edit under .git. If a verify run fails, you get its output and "
+    "may send corrected edits, which apply to the original base again (not on top of your earlier "
+    "edits). Make the smallest change that does the task.")
 
 
 class LLMActivities:
-    def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex, templates: TemplateCache,
-                 results: ResultCache, workspace: Workspace, store: PayloadStore) -> None:
+    def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex,
+                 templates: TemplateCache, results: ResultCache, workspace: Workspace,
+                 store: PayloadStore) -> None:
         self.settings = settings
         self.llm = llm
         self.store = store
@@ -110,22 +111,22 @@ class LLMActivities:
 
     @activity.defn(name=ACTIVITY_LLM_PREPARE)
     async def prepare(self, params: TaskInput, submit: SubmitInput | None = None) -> Any:
-        """The request (template + lessons as a cached system prefix, task + context files as the user
-        turn, one forced tool) in the payload store, its cache key, and the edits kept for that key
-        (stored too) if it was seen before; the task's input is stored for the later steps. With
-        `submit`, the request goes to the batcher now (unless the cache answered): one step."""
+        """The stored request (template and lessons as a cached system prefix, one forced tool), its
+        cache key, any cached edits and the stored task; with `submit`, sent unless cached."""
         task = params.task
         base_commit, tree, files = await asyncio.to_thread(self._read_base, params)
         system = await render_task_prompt(self.templates, self.lessons, params)
-        user = [f"Task id: {task.id}", f"Scope: {task.scope}", f"Branch: {task.branch} (from {params.base})"]
+        user = [f"Task id: {task.id}", f"Scope: {task.scope}",
+                f"Branch: {task.branch} (from {params.base})"]
         if task.acceptance:
             user.append(f"Acceptance: {task.acceptance}")
         user.append(f"Verify command (must exit 0): {task.verify}")
         landing = params.queue
         if landing is not None and landing.feedback:
-            user.append(f"\nThe merge queue sent your earlier change back (attempt {landing.attempt}); make it again on "
-                        f"the current {landing.target} (the files below are from it), so that it merges and passes "
-                        f"with what landed meanwhile:\n{landing.feedback}")
+            user.append(
+                f"\nThe merge queue sent your earlier change back (attempt {landing.attempt}); "
+                f"make it again on the current {landing.target} (the files below are from it), so "
+                f"that it merges and passes with what landed meanwhile:\n{landing.feedback}")
         if files:
             user.append(f"\nFiles from the base commit {base_commit[:12]}:")
             user.extend(f'\n<file path="{path}">\n{text}\n</file>' for path, text in files)
@@ -133,9 +134,9 @@ class LLMActivities:
         request = {
             "model": task.model or self.llm.default_model,
             "max_tokens": task.max_tokens,
-            # Two cache breakpoints: the prefix every task shares (tool + taskfleet's rules) is read
-            # from the prompt cache across a batch; the task's own prompt, across its fix rounds.
-            "system": [{"type": "text", "text": SHARED_RULES, "cache_control": {"type": "ephemeral"}},
+            # Two cache breakpoints: the shared rules (across a batch), the task's (across fixes).
+            "system": [{"type": "text", "text": SHARED_RULES,
+                        "cache_control": {"type": "ephemeral"}},
                        {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
             "messages": [{"role": "user", "content": [{"type": "text", "text": "\n".join(user)}]}],
             "tools": [APPLY_EDITS_TOOL],
@@ -162,13 +163,15 @@ class LLMActivities:
         task = params.task
         repo = Repo(params.repo)
         try:
-            # A re-run after the merge queue sent the change back starts from the tip it was judged on.
+            # A re-run after the merge queue sent it back starts from the tip it was judged on.
             queued = params.queue.start_commit if params.queue is not None else ""
             commit = queued or base_commit(repo, params.base, params.remote)
             tree = repo.git.rev_parse(f"{commit}^{{tree}}")
-            return commit, tree, context_files(repo, commit, task.context, self.llm.context_max_bytes, params.base)
+            return (commit, tree, context_files(repo, commit, task.context,
+                                                self.llm.context_max_bytes, params.base))
         except RepoReadError as err:
-            raise ApplicationError(f"task {task.id}: {err}", type="BadTaskSetup", non_retryable=True) from None
+            raise ApplicationError(f"task {task.id}: {err}", type="BadTaskSetup",
+                                   non_retryable=True) from None
         finally:
             repo.close()
 
@@ -189,7 +192,8 @@ class LLMActivities:
                                  report_stages=params.report_stages)
         task = task_input.task
         started = time.monotonic()
-        log_path = self.settings.logs_dir / slug(task_input.run_key, 120) / f"{task_file_stem(task.id)}.log"
+        log_path = (self.settings.logs_dir / slug(task_input.run_key, 120)
+                    / f"{task_file_stem(task.id)}.log")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         result = TaskResult(id=task.id, status=TASK_FAILED, log_path=str(log_path))
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
@@ -197,7 +201,8 @@ class LLMActivities:
         space.refuse_state_dir_inside(f"task {task.id}", task_input.repo)
         problem = task_env_problem(task.env)
         if problem:
-            raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup", non_retryable=True)
+            raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup",
+                                   non_retryable=True)
         if activity.info().attempt > 1:
             await space.end_earlier_attempts(task_input.run_key, task.id)
         if params.answer is not None:
@@ -220,7 +225,8 @@ class LLMActivities:
                 await submit_landing(task_input, result)
             return result
         try:
-            async with space.checkout(task_input.repo, task.branch, base_commit, heartbeat) as worktree:
+            async with space.checkout(task_input.repo, task.branch, base_commit,
+                                      heartbeat) as worktree:
                 result.setup_seconds = worktree.setup_seconds
                 await self._verify_and_commit(params, task_input, worktree, log_path, result)
         except BranchCheckedOut as err:
@@ -228,12 +234,13 @@ class LLMActivities:
         finally:
             result.seconds = time.monotonic() - started
             if result.status == TASK_FAILED and result.failure_type:
-                await self._record(task_input, result.failure_type, f"{result.reason}\n{result.output_tail[-1500:]}",
+                await self._record(task_input, result.failure_type,
+                                   f"{result.reason}\n{result.output_tail[-1500:]}",
                                    result.log_path)
         return result
 
-    async def _verify_and_commit(self, params: ApplyInput, task_input: TaskInput, worktree: Worktree,
-                                 log_path: Path, result: TaskResult) -> None:
+    async def _verify_and_commit(self, params: ApplyInput, task_input: TaskInput,
+                                 worktree: Worktree, log_path: Path, result: TaskResult) -> None:
         """The model's edits applied, verified and committed (landed unless a judge holds them)."""
         task, space = task_input.task, self.workspace
         with open(log_path, "a+b") as log:
@@ -247,22 +254,24 @@ class LLMActivities:
                 result.output_tail = tail(log)
                 return
             log.write(f"[taskfleet] applied edits to {', '.join(touched)}\n".encode())
-            # The commit holds the model's edits, never what verification leaves behind:
-            # snapshotted from the paths the edits touched, else staged by git.
+            # The commit holds the model's edits, never what verification leaves behind.
             if not await space.worktrees.snapshot(worktree, known=touched):
                 await asyncio.to_thread(_stage, worktree.path, touched)
-            # The task's own variables: the executor adds only what the worker's rules give a task
-            # (never the API key, nor any other credential the operator did not allow).
-            env = {"TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch, "TASKFLEET_BASE": task_input.base,
-                   "TASKFLEET_WORKTREE": str(worktree.path), TASK_KEY_VARIABLE: task_key(task_input.run_key, task.id)}
+            # The executor adds only what the worker's rules give a task: never the API key.
+            env = {"TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
+                   "TASKFLEET_BASE": task_input.base, "TASKFLEET_WORKTREE": str(worktree.path),
+                   TASK_KEY_VARIABLE: task_key(task_input.run_key, task.id)}
             async with space.commands(lambda: activity.heartbeat(task.id)) as run:
-                verified = await run(task.verify, worktree.path, env, log, task.timeout_seconds, "verify")
+                verified = await run(task.verify, worktree.path, env, log,
+                                     task.timeout_seconds, "verify")
             result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
             result.output_tail = tail(log)
         if verified.timed_out or verified.exit_code != 0:
             result.failure_type = "timeout" if verified.timed_out else "verify_failed"
-            result.reason = (f"verification `{task.verify}` timed out after {task.timeout_seconds:g}s"
-                             if verified.timed_out else f"verification `{task.verify}` exited with {verified.exit_code}")
+            result.reason = (
+                f"verification `{task.verify}` timed out after {task.timeout_seconds:g}s"
+                if verified.timed_out
+                else f"verification `{task.verify}` exited with {verified.exit_code}")
             return
         if worktree.tree:
             result.commit = await asyncio.to_thread(
@@ -275,21 +284,22 @@ class LLMActivities:
         if task_input.hold_landing:
             return  # its judge decides; the edits are kept (and the commit lands) once approved
         if params.cache_key and not params.from_cache:
-            self.results.put(f"llm:{params.cache_key}", {"edits": params.edits, "summary": params.summary})
+            self.results.put(f"llm:{params.cache_key}",
+                             {"edits": params.edits, "summary": params.summary})
         await submit_landing(task_input, result)
 
     @activity.defn(name=ACTIVITY_LLM_RECORD_FAILURE)
     async def record_failure(self, params: FailureInput) -> None:
-        """A failed attempt that never reached the worktree (the API refused, expired, no tool call)."""
+        """A failed attempt that never reached a worktree (API refusal, expiry, no tool call)."""
         await self._record(params.task_input, params.failure_type, params.reason, "")
 
-    async def _record(self, task_input: TaskInput, failure_type: str, message: str, log: str) -> None:
+    async def _record(self, task_input: TaskInput, failure_type: str, message: str,
+                      log: str) -> None:
         task = task_input.task
-        lesson = Lesson(
-            task_type=task.task_type, activity_type=task.activity_type, failure_type=failure_type,
-            failure_msg=message, metadata={"task_id": task.id, "branch": task.branch, "run": task_input.run_key,
-                                           "log": log, "implementer": "anthropic"},
-        )
+        lesson = Lesson(task_type=task.task_type, activity_type=task.activity_type,
+                        failure_type=failure_type, failure_msg=message, metadata={
+                            "task_id": task.id, "branch": task.branch, "run": task_input.run_key,
+                            "log": log, "implementer": "anthropic"})
         try:
             await asyncio.to_thread(self.lessons.record, lesson)
         except (OSError, ValueError) as err:
@@ -313,7 +323,8 @@ def _stage(worktree: Path, touched: list[str]) -> None:
 
 def _title_body(task_id: str, scope: str, run_key: str, summary: str) -> tuple[str, str]:
     title = f"{task_id}: {scope}" if scope else task_id
-    body = (summary.strip() + "\n\n" if summary.strip() else "") + f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}"
+    body = ((summary.strip() + "\n\n" if summary.strip() else "")
+            + f"{TASK_TRAILER}: {task_id}\n{RUN_TRAILER}: {run_key}")
     return title, body
 
 
@@ -328,10 +339,10 @@ def _commit(worktree: Path, task_id: str, scope: str, run_key: str, summary: str
     repo = Repo(worktree)
     try:
         title, body = _title_body(task_id, scope, run_key, summary)
-        # Hooks off, as for a command task's commit: a hook is code in the clone, and it would run
-        # in the worker's own environment.
-        repo.git(c="core.hooksPath=/dev/null").commit("--no-verify", "--allow-empty", "-m", title[:200],
-                                                      "-m", body[:4000], env=commit_env(repo))
+        # Hooks off, as for a command task: a hook is the clone's code, run in the worker's env.
+        repo.git(c="core.hooksPath=/dev/null").commit("--no-verify", "--allow-empty",
+                                                      "-m", title[:200], "-m", body[:4000],
+                                                      env=commit_env(repo))
         return repo.head.commit.hexsha
     finally:
         repo.close()

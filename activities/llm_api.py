@@ -1,13 +1,7 @@
-"""The Claude API side of the implementer's activities: requests sent (one `messages.create`, or
-through the queue's `LLMBatchWorkflow` as Message Batches), batches created and polled, results
-delivered to the tasks that wait for them.
-
-Each is short: no activity waits for a batch (the workflows do, on timers and signals). Requests
-and replies travel through the payload store: these activities read a request's params from it just
-before the API call and store each reply, so workflows hold references only. The API key and
-endpoint come from the worker's environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, read by
-the SDK); nothing secret enters a payload, a log line or an error message.
-"""
+"""The Claude API side of the implementer's activities: requests sent (one `messages.create`, or as
+Message Batches through `LLMBatchWorkflow`), batches created and polled, results delivered. None
+waits for a batch; requests and replies go through the payload store (workflows hold references);
+the API key comes from the worker's environment and never enters a payload, log or error."""
 
 from __future__ import annotations
 
@@ -52,16 +46,15 @@ from taskfleet.core.names import (
 if TYPE_CHECKING:
     import anthropic
 
-# A batch this much older than its flush cannot be the flush's (clocks of worker and API may differ).
+# Worker and API clocks may differ: a batch this much older than its flush is not the flush's.
 CLOCK_SKEW = timedelta(minutes=10)
 RETRYABLE_STATUS = {408, 409, 429}
 DELIVERIES = 16  # results signalled to their tasks at once
 
 
 def sdk() -> Any:
-    """The `anthropic` SDK, imported on first use. Importing it takes over a second of CPU, which
-    every worker start (and every worker process a test or a pod starts) would pay, though a worker
-    whose boards never call Claude never needs it."""
+    """The `anthropic` SDK, imported on first use: its import costs over a second of CPU, which a
+    worker whose boards never call Claude should not pay."""
     import anthropic
 
     return anthropic
@@ -75,12 +68,13 @@ def _api_error_message(err: anthropic.APIStatusError) -> str:
 
 
 def _raise_api(err: Exception, what: str) -> None:
-    """An API failure as an ApplicationError: retryable unless the API refused the request itself."""
+    """An API failure as an ApplicationError: retryable unless the API refused the request."""
     if isinstance(err, sdk().APIStatusError):
         retryable = err.status_code in RETRYABLE_STATUS or err.status_code >= 500
         raise ApplicationError(f"{what}: {_api_error_message(err)}", type="AnthropicAPIError",
                                non_retryable=not retryable) from None
-    raise ApplicationError(f"{what}: {type(err).__name__}: {err}"[:500], type="AnthropicConnectionError") from None
+    raise ApplicationError(f"{what}: {type(err).__name__}: {err}"[:500],
+                           type="AnthropicConnectionError") from None
 
 
 def usage_of(message: dict) -> LLMUsage:
@@ -101,11 +95,12 @@ class LLMApiActivities:
         self._client_env: tuple[str, str] | None = None
 
     def activities(self) -> list[Any]:
-        return [self.submit, self.call_direct, self.create_batch, self.poll_batch, self.deliver_results]
+        return [self.submit, self.call_direct, self.create_batch, self.poll_batch,
+                self.deliver_results]
 
     async def preload(self) -> None:
-        """Import the SDK now, off the event loop, if this worker is set up to call Claude: its first
-        request should not stall the worker's other activities for the import."""
+        """Import the SDK now, off the event loop, if this worker may call Claude: its first request
+        should not stall the worker's other activities for the import."""
         if os.environ.get("ANTHROPIC_API_KEY"):
             await asyncio.to_thread(sdk)
 
@@ -133,14 +128,15 @@ class LLMApiActivities:
 
     @activity.defn(name=ACTIVITY_LLM_CALL_DIRECT)
     async def call_direct(self, params: DirectCallInput) -> LLMReply:
-        """One `messages.create` (llm_batch = false). A request the API refuses is an `errored` reply."""
+        """One `messages.create` (llm_batch = false); a request the API refuses: `errored`."""
         body = await request_params(self.store, params.request) if params.request else params.params
         try:
             message = await self.client().messages.create(**body)
         except sdk().APIStatusError as err:
             if err.status_code in RETRYABLE_STATUS or err.status_code >= 500:
                 _raise_api(err, "messages.create")
-            return LLMReply(custom_id=params.custom_id, type=REPLY_ERRORED, error=_api_error_message(err))
+            return LLMReply(custom_id=params.custom_id, type=REPLY_ERRORED,
+                            error=_api_error_message(err))
         except sdk().APIError as err:
             _raise_api(err, "messages.create")
         data = message.to_dict()
@@ -150,10 +146,8 @@ class LLMApiActivities:
 
     @activity.defn(name=ACTIVITY_LLM_CREATE_BATCH)
     async def create_batch(self, params: CreateBatchInput) -> CreateBatchOutput:
-        """ONE `messages.batches.create` per flush, its params read from the payload store (a
-        request whose params cannot be read is left out, with the reason). `create` has no
-        idempotency key, so a retry first looks for the batch an earlier attempt made (a crash may
-        have lost its answer)."""
+        """ONE `messages.batches.create` per flush (a request whose params cannot be read is left
+        out); `create` has no idempotency key, so a retry first looks for an earlier attempt's."""
         requests, left_out = await self._batch_requests(params)
         out = CreateBatchOutput(batch_id="", left_out=left_out)
         if not requests:
@@ -162,12 +156,14 @@ class LLMApiActivities:
         if activity.info().attempt > 1:
             found = await self._find_earlier_batch(client, params, len(requests))
             if found:
-                activity.logger.warning("%s: found batch %s made by an earlier attempt", params.flush_id, found)
+                activity.logger.warning("%s: found batch %s made by an earlier attempt",
+                                        params.flush_id, found)
                 out.batch_id, out.recovered = found, True
                 return out
         try:
-            # No SDK retry here: a timed-out create may have succeeded; the next attempt looks first.
-            once = client.with_options(max_retries=0, timeout=max(self.llm.api_timeout_seconds - 5, 5))
+            # No SDK retry: a timed-out create may have succeeded; the next attempt looks first.
+            once = client.with_options(max_retries=0,
+                                       timeout=max(self.llm.api_timeout_seconds - 5, 5))
             batch = await once.messages.batches.create(requests=requests)
         except sdk().APIError as err:
             _raise_api(err, "messages.batches.create")
@@ -198,9 +194,8 @@ class LLMApiActivities:
 
     async def _find_earlier_batch(self, client: anthropic.AsyncAnthropic, params: CreateBatchInput,
                                   count: int) -> str:
-        """The marker: a batch created since the flush was cut, with exactly its number of requests,
-        that this batcher has not recorded. Results are matched by custom_id afterwards, so a wrong
-        pick shows up as missing results (failed attempts), never as another task's edits."""
+        """A batch created since the flush was cut, with exactly its request count, not recorded; a
+        wrong pick shows as missing results (matched by custom_id), never another task's edits."""
         try:
             page = await client.messages.batches.list(limit=100)
         except sdk().APIError as err:
@@ -210,8 +205,10 @@ class LLMApiActivities:
         candidates = []
         for batch in page.data:
             counts = batch.request_counts
-            total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
-            created = batch.created_at if batch.created_at.tzinfo else batch.created_at.replace(tzinfo=since.tzinfo)
+            total = (counts.processing + counts.succeeded + counts.errored + counts.canceled
+                     + counts.expired)
+            created = (batch.created_at if batch.created_at.tzinfo
+                       else batch.created_at.replace(tzinfo=since.tzinfo))
             if batch.id not in known and total == count and created >= since:
                 candidates.append((created, batch.id))
         return min(candidates)[1] if candidates else ""
@@ -227,10 +224,8 @@ class LLMApiActivities:
 
     @activity.defn(name=ACTIVITY_LLM_DELIVER_RESULTS)
     async def deliver_results(self, params: DeliverResultsInput) -> DeliverResultsOutput:
-        """Read the batch's results (unordered) and signal each request's workflow by custom_id.
-
-        Results go straight to the waiting task, so bulk output never enters the batcher's history.
-        A retry re-sends; each task keeps the first reply per custom_id."""
+        """Each result (unordered) signalled to its task by custom_id, so bulk output never enters
+        the batcher's history; a retry re-sends, and each task keeps its first reply."""
         routes = dict(zip(params.custom_ids, params.reply_to))
         out = DeliverResultsOutput()
         seen: set[str] = set()
@@ -251,8 +246,8 @@ class LLMApiActivities:
                 data = line.to_dict()
                 custom_id = str(data.get("custom_id", ""))
                 if custom_id not in routes:
-                    activity.logger.warning("batch %s: result for unknown custom_id %r dropped", params.batch_id,
-                                            custom_id[:80])
+                    activity.logger.warning("batch %s: result for unknown custom_id %r dropped",
+                                            params.batch_id, custom_id[:80])
                     out.unknown.append(custom_id[:80])
                     continue
                 send(routes[custom_id], _reply_of(data, params.batch_id))
@@ -279,8 +274,9 @@ class LLMApiActivities:
         reply = await stored_reply(self.store, reply)
         try:
             await temporal.get_workflow_handle(workflow_id).signal(SIGNAL_LLM_REPLY, compact(reply))
-        except Exception as err:  # noqa: BLE001 - a finished or vanished task is not the batch's failure
-            activity.logger.warning("could not deliver %s to %s: %s", reply.custom_id, workflow_id, err)
+        except Exception as err:  # noqa: BLE001 - a finished task is not the batch's failure
+            activity.logger.warning("could not deliver %s to %s: %s", reply.custom_id,
+                                    workflow_id, err)
 
 
 async def submit_request(llm: LLMSettings, params: SubmitInput) -> None:
@@ -300,10 +296,12 @@ def _reply_of(line: dict, batch_id: str) -> LLMReply:
     kind = str(result.get("type", REPLY_FAILED))
     if kind == REPLY_SUCCEEDED:
         message = result.get("message") if isinstance(result.get("message"), dict) else {}
-        return LLMReply(custom_id=custom_id, type=kind, message=message, batch_id=batch_id, usage=usage_of(message))
+        return LLMReply(custom_id=custom_id, type=kind, message=message, batch_id=batch_id,
+                        usage=usage_of(message))
     error = ""
     if kind == REPLY_ERRORED:
         outer = result.get("error") if isinstance(result.get("error"), dict) else {}
         inner = outer.get("error") if isinstance(outer.get("error"), dict) else outer
         error = f"{inner.get('type', 'error')}: {inner.get('message', '')}"[:500]
-    return LLMReply(custom_id=custom_id, type=kind, error=error or f"the batch reported {kind}", batch_id=batch_id)
+    return LLMReply(custom_id=custom_id, type=kind, error=error or f"the batch reported {kind}",
+                    batch_id=batch_id)

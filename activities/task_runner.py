@@ -44,11 +44,8 @@ PROMPT_IN_ENV_BYTES = 32 * 1024
 
 
 def task_file_stem(task_id: str) -> str:
-    """A file name for a task's per-task files that no other task id shares.
-
-    Readable head plus a hash of the exact id: `T2.1` and `T2.2`, `a/b` and `a-b`, `X` and `x` all
-    differ (`Path.with_suffix` on `T2.1` once gave every `T2.*` task the same lock).
-    """
+    """A name for a task's files that no other task id shares: a readable head plus a hash of the
+    exact id (`T2.1` and `T2.2`, `a/b` and `a-b`, `X` and `x` all differ)."""
     return f"{slug(task_id, 48)}-{hashlib.sha256(task_id.encode()).hexdigest()[:10]}"
 
 
@@ -129,27 +126,30 @@ class TaskActivities:
             await self._record_lesson(params, result)
         return result
 
-    async def _run(self, params: TaskInput, worktree: Worktree, prompt_file: Path, prompt: str, log: BinaryIO,
-                   log_path: Path, result: TaskResult) -> None:
+    async def _run(self, params: TaskInput, worktree: Worktree, prompt_file: Path, prompt: str,
+                   log: BinaryIO, log_path: Path, result: TaskResult) -> None:
         task = params.task
         result.prompt_hash = cache_key(prompt=prompt)[:16]
-        parts = dict(activity_type=task.activity_type, run=task.run, prompt=prompt, verify=task.verify,
+        parts = dict(activity_type=task.activity_type, run=task.run, prompt=prompt,
+                     verify=task.verify,
                      base_tree=await self.trees.tree_of(params.repo, worktree.base_commit))
-        if params.review is not None:  # a revise round: the same review of the same tree, the same work
+        if params.review is not None:  # a revise round: same review, same tree, same work
             parts["review"] = asdict(params.review)
         key = cache_key(**parts)
         cached = None if task.refresh else self.results.get(key)
         commit = "" if cached is None else await commit_from_cache(
             params.repo, cached["commit"], worktree, task.id, params.run_key)
         if commit:
-            for name in ("exec_exit_code", "verify_exit_code", "exec_seconds", "verify_seconds", "output_tail"):
+            for name in ("exec_exit_code", "verify_exit_code", "exec_seconds", "verify_seconds",
+                         "output_tail"):
                 setattr(result, name, cached.get(name))
             result.status, result.commit, result.cache_hit = TASK_SUCCEEDED, commit, True
             if not params.hold_landing:
                 await submit_landing(params, result)
             return
 
-        if not await self._execute(params, worktree.path, prompt_file, prompt, log, log_path, result, stage=worktree):
+        if not await self._execute(params, worktree.path, prompt_file, prompt, log, log_path,
+                                   result, stage=worktree):
             return
         try:
             if worktree.tree:  # snapshotted in process after `run`: no index, no git process
@@ -157,10 +157,12 @@ class TaskActivities:
                     commit_tree, worktree.path, task.branch, worktree.base_commit, worktree.tree,
                     task_message(task.id, task.scope, params.run_key))
             else:
-                result.commit = await commit_work(worktree.path, task.id, task.scope, task.branch, worktree.base_commit,
-                                                  params.run_key, heartbeat=lambda: activity.heartbeat(task.id))
+                result.commit = await commit_work(worktree.path, task.id, task.scope, task.branch,
+                                                  worktree.base_commit, params.run_key,
+                                                  heartbeat=lambda: activity.heartbeat(task.id))
         except CommitRefused as err:
-            result.status, result.failure_type, result.reason = TASK_FAILED, "bad_checkout", str(err)
+            result.status, result.failure_type, result.reason = (
+                TASK_FAILED, "bad_checkout", str(err))
             return
         self.results.put(key, {
             "commit": result.commit, "exec_exit_code": result.exec_exit_code,
@@ -170,59 +172,50 @@ class TaskActivities:
         if not params.hold_landing:  # a judged task lands once its judge approves
             await submit_landing(params, result)
 
-    async def _execute(
-        self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str, log: BinaryIO, log_path: Path,
-        result: TaskResult, stage: Worktree | None = None,
-    ) -> bool:
-        """Executor, then verification, in `cwd`; fills `result` and says whether both passed.
-
-        With `stage` (the task's worktree), the executor's work is taken before verification runs:
-        the commit holds what the executor changed, never what verification leaves behind
-        (bytecode, coverage, build output). It is snapshotted in process from the paths the
-        slot's watch saw `run` touch, else staged by `git add -A`.
-        """
+    async def _execute(self, params: TaskInput, cwd: Path, prompt_file: Path, prompt: str,
+                       log: BinaryIO, log_path: Path, result: TaskResult,
+                       stage: Worktree | None = None) -> bool:
+        """Executor, then verification, in `cwd`; fills `result`, True if both passed. With `stage`,
+        the commit holds what the executor changed, never what verification leaves behind."""
         task = params.task
         problem = task_env_problem(task.env)
         if problem:
-            raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup", non_retryable=True)
-        # The task's own variables; what else of the worker's environment it sees is the worker's
-        # rule (taskfleet.core.task_env), applied by the executor to every command.
-        env = {
-            "TASKFLEET_TASK_ID": task.id,
-            "TASKFLEET_BRANCH": task.branch,
-            "TASKFLEET_BASE": params.base,
-            "TASKFLEET_WORKTREE": str(cwd),
-            "TASKFLEET_PROMPT": prompt,
-            "TASKFLEET_PROMPT_FILE": str(prompt_file),
-            "TASKFLEET_USAGE_FILE": str(usage_file := log_path.parent / f"{log_path.stem}.usage.json"),
-            **queue_env(params),
-        }
+            raise ApplicationError(f"task {task.id}: {problem}", type="BadTaskSetup",
+                                   non_retryable=True)
+        # The task's own variables; the executor adds the worker's rule (taskfleet.core.task_env).
+        env = {"TASKFLEET_TASK_ID": task.id, "TASKFLEET_BRANCH": task.branch,
+               "TASKFLEET_BASE": params.base, "TASKFLEET_WORKTREE": str(cwd),
+               "TASKFLEET_PROMPT": prompt, "TASKFLEET_PROMPT_FILE": str(prompt_file),
+               "TASKFLEET_USAGE_FILE": str(
+                   usage_file := log_path.parent / f"{log_path.stem}.usage.json"),
+               **queue_env(params)}
         usage_file.unlink(missing_ok=True)  # a round's report is its own, never an earlier round's
         if len(prompt.encode()) > PROMPT_IN_ENV_BYTES:
             del env["TASKFLEET_PROMPT"]  # too big for an environment (execve's limit): by file only
         if params.review is not None:
-            env["TASKFLEET_REVIEW_FILE"] = str(await asyncio.to_thread(_write_review, params, log_path))
+            env["TASKFLEET_REVIEW_FILE"] = str(
+                await asyncio.to_thread(_write_review, params, log_path))
         env[TASK_KEY_VARIABLE] = task_key(params.run_key, task.id)
         heartbeat = lambda: activity.heartbeat(task.id)  # noqa: E731
-        # One token for `run` and `verify`: each command's process group is killed when it ends; a
-        # process that left its group (`setsid`, a daemon) would go on writing into a folder the next
-        # task gets, or into this task's commit, so what still carries the token is stopped after both.
+        # One token for `run` and `verify`: a process that left its group (`setsid`, a daemon) still
+        # carries it and is stopped after both, before it writes into a reused folder or the commit.
         async with self.workspace.commands(heartbeat) as run:
             executed = await run(task.run, cwd, env, log, task.timeout_seconds, "run")
             result.exec_exit_code, result.exec_seconds = executed.exit_code, executed.seconds
-            if usage_file.exists():  # a stat: the file is read on a thread only when the agent wrote one
+            if usage_file.exists():  # a stat; read on a thread only when the agent wrote one
                 await asyncio.to_thread(_read_usage, usage_file, result)
             if _step_failed(result, executed, "exec_failed", "executor", task.timeout_seconds):
                 result.output_tail = tail(log)
                 return False
             if stage is not None and not await self.workspace.worktrees.snapshot(stage):
-                await git(cwd, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree: heartbeating
+                await git(cwd, "add", "-A", heartbeat=heartbeat)  # seconds on a large tree
             if params.report_stages:
                 await report_stage(params, STAGE_VERIFYING)
             verified = await run(task.verify, cwd, env, log, task.timeout_seconds, "verify")
             result.verify_exit_code, result.verify_seconds = verified.exit_code, verified.seconds
             result.output_tail = tail(log)
-        if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`", task.timeout_seconds):
+        if _step_failed(result, verified, "verify_failed", f"verification `{task.verify}`",
+                        task.timeout_seconds):
             return False
         result.status = TASK_SUCCEEDED
         return True
@@ -246,9 +239,8 @@ class TaskActivities:
         await self.workspace.end_earlier_attempts(run_key, task_id)
 
     async def _task_files(self, params: TaskInput, log_path: Path) -> tuple[Path, str, BinaryIO]:
-        """Render the prompt; write it beside the log (outside the worktree: never committed) and
-        open the log for appending, in one trip to a thread (creating a file can wait on the disk
-        for a millisecond: not on the event loop; each trip waits for a thread and for the loop)."""
+        """Render the prompt, write it beside the log (outside the worktree: never committed) and
+        open the log, in one trip to a thread: creating a file waits on the disk, not the loop."""
         prompt = await render_task_prompt(self.templates, self.lessons, params)
         prompt_file = log_path.parent / f"{log_path.stem}.prompt.md"
         log = await asyncio.to_thread(_write_prompt_open_log, prompt_file, prompt, log_path)
@@ -258,18 +250,20 @@ class TaskActivities:
     async def land_task(self, params: LandInput) -> str:
         """A judged task's commit, once its judge approved: the landing op (its id is returned)."""
         if params.edits_cache_key and params.edits is not None:
-            self.results.put(f"llm:{params.edits_cache_key}", {"edits": params.edits, "summary": params.summary})
-        result = TaskResult(id=params.task_input.task.id, status=TASK_SUCCEEDED, commit=params.commit)
+            self.results.put(f"llm:{params.edits_cache_key}",
+                             {"edits": params.edits, "summary": params.summary})
+        result = TaskResult(id=params.task_input.task.id, status=TASK_SUCCEEDED,
+                            commit=params.commit)
         await submit_landing(params.task_input, result)
         return result.landing_op_id
 
     async def _record_lesson(self, params: TaskInput, result: TaskResult) -> None:
         task = params.task
-        lesson = Lesson(
-            task_type=task.task_type, activity_type=task.activity_type, failure_type=result.failure_type,
-            failure_msg=f"{result.reason}\n{result.output_tail[-1500:]}",
-            metadata={"task_id": task.id, "branch": task.branch, "run": params.run_key, "log": result.log_path},
-        )
+        lesson = Lesson(task_type=task.task_type, activity_type=task.activity_type,
+                        failure_type=result.failure_type,
+                        failure_msg=f"{result.reason}\n{result.output_tail[-1500:]}",
+                        metadata={"task_id": task.id, "branch": task.branch, "run": params.run_key,
+                                  "log": result.log_path})
         try:
             await asyncio.to_thread(self.lessons.record, lesson)
         except OSError as err:
@@ -282,14 +276,12 @@ def needs_a_person(err: Exception) -> ApplicationError | None:
     if isinstance(err, BranchCheckedOut):
         return ApplicationError(str(err), type="BadTaskSetup", non_retryable=True)
     if isinstance(err, GitError) and is_lock_contention(err.stderr):
-        # git already waited a minute for the lock (another process on a shared clone lets go
-        # sooner): a lock file that stays is stale, and every retry would wait again. The lock
-        # file first: a task's reason is cut at a few hundred characters.
+        # git already waited a minute: a lock file that stays is stale, and every retry would wait
+        # again. The lock file first: a task's reason is cut at a few hundred characters.
         what = f"stale lock file {err.lock_file}" if err.lock_file else str(err)
-        return ApplicationError(
-            f"{what}: git waited over a minute for it; if no git process is using the clone, remove it",
-            type="BadTaskSetup", non_retryable=True,
-        )
+        return ApplicationError(f"{what}: git waited over a minute for it; if no git process is "
+                                "using the clone, remove it", type="BadTaskSetup",
+                                non_retryable=True)
     return None
 
 
@@ -317,7 +309,7 @@ def _read_usage(path: Path, result: TaskResult) -> None:
 
 
 def _write_review(params: TaskInput, log_path: Path) -> Path:
-    """The judge's review for a revise round, beside the log (outside the worktree: never committed)."""
+    """The judge's review for a revise round, beside the log (outside the worktree)."""
     path = log_path.parent / f"{log_path.stem}.review.json"
     review = {**asdict(params.review), "commit": params.start_commit, "attempt": params.attempt - 1}
     path.write_text(json.dumps(review, indent=2) + "\n")
@@ -336,10 +328,12 @@ def _close_log(files: asyncio.Future) -> None:
         files.result()[2].close()
 
 
-def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what: str, timeout: float) -> bool:
+def _step_failed(result: TaskResult, ran: CommandResult, failure_type: str, what: str,
+                 timeout: float) -> bool:
     """Record a failed executor or verification step on `result`; False when it passed."""
     if not ran.timed_out and ran.exit_code == 0:
         return False
     result.failure_type = "timeout" if ran.timed_out else failure_type
-    result.reason = f"{what} timed out after {timeout:g}s" if ran.timed_out else f"{what} exited with {ran.exit_code}"
+    result.reason = (f"{what} timed out after {timeout:g}s" if ran.timed_out
+                     else f"{what} exited with {ran.exit_code}")
     return True

@@ -68,8 +68,7 @@ class Workspace:
             )
 
     async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
-        """A retry: whatever an earlier attempt of this task still runs on this machine is killed
-        before this attempt starts anything."""
+        """A retry: first kill what an earlier attempt of this task still runs on this machine."""
         killing = asyncio.ensure_future(
             asyncio.to_thread(kill_task_processes, task_key(run_key, task_id)))
         while not (await asyncio.wait({killing}, timeout=1.0))[0]:
@@ -93,8 +92,7 @@ class Workspace:
     @asynccontextmanager
     async def commands(self, heartbeat: Heartbeat,
                        extra_env: dict[str, str] | None = None) -> AsyncIterator[RunCommand]:
-        """A `run` for commands sharing a token (each group recorded under it); when the block ends,
-        whatever still carries the token is stopped."""
+        """A `run` for commands sharing a recorded token; what still carries it then is stopped."""
         token = self.executors.new_token()
 
         async def run(command: str, cwd: Path, env: dict[str, str], log: BinaryIO, timeout: float,

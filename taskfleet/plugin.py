@@ -1,10 +1,7 @@
-"""`TaskfleetPlugin`: adds taskfleet's workflows and activities to any Temporal worker.
-
-The plugin owns the worker-memory services (lessons index, prompt template cache, result cache) and
-the activity objects that read them. They start in the worker's run context (once per worker start,
-so a broken template or unreadable file stops that start with one clear line) and never on a
-`Replayer`, which only replays history and must not touch the file system.
-"""
+"""`TaskfleetPlugin`: adds taskfleet's workflows and activities to any Temporal worker. It owns the
+worker-memory services (lessons index, template cache, result cache) and the activities that read
+them: they start in the worker's run context (a broken template stops that start with one clear
+line), never on a `Replayer`, which must not touch the file system."""
 
 from __future__ import annotations
 
@@ -59,33 +56,33 @@ from taskfleet.workflows.planner import PlannerWorkflow
 
 log = logging.getLogger("taskfleet.plugin")
 
-WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow, LLMBatchWorkflow,
-                         LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow, PlannerWorkflow, JudgeWorkflow]
-# How often a worker drops the worktree registrations of dead workers (their presence lease expired).
+WORKFLOWS: list[type] = [GitBatchWorkflow, OrchestratorWorkflow, LessonsQueryWorkflow,
+                         LLMBatchWorkflow, LLMTaskWorkflow, LeaseLockWorkflow, MergeQueueWorkflow,
+                         PlannerWorkflow, JudgeWorkflow]
+# How often a worker drops dead workers' worktree registrations (their presence lease expired).
 SWEEP_SECONDS = 10.0
 
-# Modules a user's sandboxed workflow may import (directly, or through `from taskfleet import
-# TaskfleetPlugin` at the top of its module) without the sandbox re-importing them: GitPython runs
-# `git` when first imported, which the sandbox forbids.
-SANDBOX_PASSTHROUGH = ("taskfleet", "git", "gitdb", "smmap", "jinja2", "markupsafe", "anthropic", "httpx")
+# Modules a user's sandboxed workflow may import (through `from taskfleet import TaskfleetPlugin`
+# too) unsandboxed: GitPython runs `git` when first imported, which the sandbox forbids.
+SANDBOX_PASSTHROUGH = ("taskfleet", "git", "gitdb", "smmap", "jinja2", "markupsafe",
+                       "anthropic", "httpx")
 
 
 class WorkerServices:
-    """The worker-memory services and the objects whose bound methods are our activities.
-
-    Building them is cheap; loading (lessons file, template compilation, cache database) happens in
-    `running()`.
-    """
+    """The worker-memory services and the objects whose bound methods are our activities; cheap to
+    build: loading (lessons, templates, cache database) happens in `running()`."""
 
     def __init__(self, settings: TaskfleetSettings) -> None:
         self.settings = settings
         self.lessons = lessons_index_for(settings)  # journals in a shared folder, or one file
         self.templates = TemplateCache(settings.templates_dir)
-        self.result_cache = ResultCache(settings.result_cache_path, settings.result_cache_memory_bytes)
+        self.result_cache = ResultCache(settings.result_cache_path,
+                                        settings.result_cache_memory_bytes)
         self.git = GitPushActivities()
         self.lesson_activities = LessonsActivities(self.lessons)
         self.workspace = Workspace(settings)
-        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache, self.workspace)
+        self.tasks = TaskActivities(settings, self.lessons, self.templates, self.result_cache,
+                                    self.workspace)
         self.run_checks = RunCheckActivities(settings)
         llm = LLMSettings()
         try:
@@ -105,24 +102,15 @@ class WorkerServices:
 
     def activities(self) -> list[Callable]:
         return [
-            self.git.push_batch,
-            self.lesson_activities.query_lessons,
-            self.lesson_activities.record_lesson,
-            self.lesson_activities.lessons_stats,
-            self.tasks.run_task,
-            self.tasks.land_task,
-            self.run_checks.claim_branches,
-            self.run_checks.check_task_env,
-            *self.llm.activities(),
-            *self.llm_api.activities(),
-            *self.plans.activities(),
+            self.git.push_batch, self.lesson_activities.query_lessons,
+            self.lesson_activities.record_lesson, self.lesson_activities.lessons_stats,
+            self.tasks.run_task, self.tasks.land_task,
+            self.run_checks.claim_branches, self.run_checks.check_task_env,
+            *self.llm.activities(), *self.llm_api.activities(), *self.plans.activities(),
             *self.judges.activities(),
-            self.boards.store_board,
-            self.boards.load_board_page,
-            self.boards.record_outcomes,
+            self.boards.store_board, self.boards.load_board_page, self.boards.record_outcomes,
             self.boards.read_outcomes,
-            self.task_groups.run_task_group,
-            *self.merge_queue.activities(),
+            self.task_groups.run_task_group, *self.merge_queue.activities(),
         ]
 
     async def start(self) -> None:
@@ -131,22 +119,18 @@ class WorkerServices:
         names = self.templates.load()
         stats = await asyncio.to_thread(self.lessons.load)
         if stats.malformed_lines:
-            log.warning(
-                "lessons file %s: skipped %d malformed line(s), first at lines %s",
-                stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10],
-            )
+            log.warning("lessons file %s: skipped %d malformed line(s), first at lines %s",
+                        stats.path, stats.malformed_lines, stats.malformed_line_numbers[:10])
         await asyncio.to_thread(self.result_cache.open)
         await self.llm_api.preload()
         stale = await asyncio.to_thread(self.workspace.prune_stale)
         await asyncio.to_thread(self.workspace.scratch.prune_stale)
         if stale:
-            log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale), ", ".join(map(str, stale)))
-        log.info(
-            "taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s, "
-            "payload store %s",
-            stats.lessons, stats.build_seconds, len(names), ", ".join(names), self.settings.result_cache_path,
-            self.payloads.url,
-        )
+            log.warning("removed %d worktree(s) left by a crashed worker: %s", len(stale),
+                        ", ".join(map(str, stale)))
+        log.info("taskfleet services: %d lessons in %.2fs, %d templates (%s), result cache %s, "
+                 "payload store %s", stats.lessons, stats.build_seconds, len(names),
+                 ", ".join(names), self.settings.result_cache_path, self.payloads.url)
         self.started = True
 
     def _executor_policy(self) -> ExecutorPolicy:
@@ -157,12 +141,13 @@ class WorkerServices:
             raise StartupError(str(err)) from None
         environment = TaskEnvironment(self.settings.task_env)
         if any(pattern in ("*", "?*") for pattern in environment.allow):
-            log.warning("TASKFLEET_TASK_ENV %s lets tasks see every worker variable, credentials included",
-                        ",".join(environment.allow))
+            log.warning("TASKFLEET_TASK_ENV %s lets tasks see every worker variable, credentials "
+                        "included", ",".join(environment.allow))
         log.info("taskfleet task processes: %s", trees.describe())
         if not trees.namespaced:
             pid = Watchdog.ensure(TOKEN_VARIABLE)
-            log.info("taskfleet task processes: watchdog pid %d kills this worker's task processes if it dies", pid)
+            log.info("taskfleet task processes: watchdog pid %d kills this worker's task processes "
+                     "if it dies", pid)
         log.info("taskfleet task environment: %s", environment.describe())
         return ExecutorPolicy(environment, trees)
 
@@ -171,13 +156,15 @@ class WorkerServices:
         self.result_cache.close()
 
     @asynccontextmanager
-    async def running(self, client: Client | None = None, task_queue: str = "") -> AsyncIterator[None]:
+    async def running(self, client: Client | None = None,
+                      task_queue: str = "") -> AsyncIterator[None]:
         await self.start()
         presence = keeper = None
         if client is not None:
             # The presence lease is taken once the worker polls (this worker may be the only one
             # running the lock workflow); tasks wait for it before registering worktrees.
-            presence = WorkerPresence(client, self.settings.coordination_task_queue, self.settings.pod_id)
+            presence = WorkerPresence(client, self.settings.coordination_task_queue,
+                                      self.settings.pod_id)
             self.workspace.worktrees.presence = presence
             keeper = asyncio.create_task(self._keep_presence(presence), name="taskfleet presence")
         try:
@@ -235,23 +222,13 @@ class TaskfleetPlugin(SimplePlugin):
     def __init__(self, settings: TaskfleetSettings | None = None) -> None:
         self.settings = settings or TaskfleetSettings()
         self.services = WorkerServices(self.settings)
-        super().__init__(
-            "taskfleet.TaskfleetPlugin",
-            workflows=_appending(lambda: WORKFLOWS),
-            activities=_appending(self.services.activities),
-            workflow_runner=_with_passthrough,
-        )
+        super().__init__("taskfleet.TaskfleetPlugin", workflows=_appending(lambda: WORKFLOWS),
+                         activities=_appending(self.services.activities),
+                         workflow_runner=_with_passthrough)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Two worker settings, after SimplePlugin's own:
-
-        Cancel in about a second: a cancel reaches a running task only in a heartbeat's answer,
-        and the SDK sends heartbeats at most every min(0.8 x heartbeat timeout, this worker's
-        `max_heartbeat_throttle_interval`), i.e. every 24 s for our 30 s heartbeat timeout. Lowered
-        to 1 s, only when the user left the SDK's default (60 s) in place.
-
-        Worker Versioning: our workflows declare a versioning behavior, which an unversioned
-        worker must not send (see taskfleet/versioning.py)."""
+        """A cancel reaches a task only in a heartbeat's answer: throttled to 1 s, not the SDK's
+        60 s (unless set); an unversioned worker must not send our versioning behavior."""
         from taskfleet.versioning import UnversionedRunner, uses_worker_versioning
 
         config = super().configure_worker(config)
@@ -270,16 +247,16 @@ class TaskfleetPlugin(SimplePlugin):
         notice = await ensure_search_attributes(worker.client)
         if notice:
             log.warning("%s", notice)
-        async with self._coordination(worker), self.services.running(worker.client, worker.task_queue):
+        async with self._coordination(worker), \
+                self.services.running(worker.client, worker.task_queue):
             assert self.services.policy is not None
             # Every activity task this worker starts inherits its rules (a context variable).
             with using_policy(self.services.policy):
                 await next(worker)
 
     def _coordination(self, worker: Worker) -> AbstractAsyncContextManager[Any]:
-        """The lease locks' task queue, polled beside the worker's own (taskfleet/coordination.py).
-        Entered before the services (the presence lease needs it), left after them (their last
-        release reaches it)."""
+        """The lease locks' task queue, polled beside the worker's own: entered before the services
+        (the presence lease needs it), left after them (their last release reaches it)."""
         from taskfleet.versioning import UnversionedRunner
 
         queue = self.settings.coordination_task_queue

@@ -1,12 +1,7 @@
-"""`PlannerWorkflow`: a goal in, a board out (TOML that `taskfleet run` accepts unchanged).
-
-prepare the request (activity: file list, context files, lessons, `planner.j2`) -> Claude answers
-through one forced tool, `submit_board` -> the board parser `taskfleet run` uses checks the answer
-(an activity reading the stored reply: request and answers stay in the payload store).
-A refused board gets one fix round (the parser's errors go back as an error tool result), then the
-workflow fails with those errors. A board over `max_tasks` is refused like any other, never cut.
-The input is plain JSON checked in code, so a person can start it with the `temporal` CLI.
-"""
+"""`PlannerWorkflow`: a goal in, a board out (TOML that `taskfleet run` accepts unchanged). prepare
+-> Claude answers through the forced `submit_board` -> `taskfleet run`'s board parser checks it; a
+refused board (over `max_tasks` too, never cut) gets one fix round, then fails with the errors.
+The input is plain JSON checked in code, so a person can start it with the `temporal` CLI."""
 
 from __future__ import annotations
 
@@ -63,14 +58,12 @@ def _refusal(problems: list[str]) -> str:
         "\nCall submit_board again with the whole corrected board."
 
 
-# Worker Versioning: PINNED. A plan takes seconds to minutes (hours when batched); its steps run on
-# the code version they started on, like a Claude task's.
+# Worker Versioning: PINNED: a plan's steps run on the version they began on, like a Claude task's.
 @workflow.defn(name=PLANNER_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class PlannerWorkflow:
     @workflow.init
     def __init__(self, raw: Any = None) -> None:
-        # Plain JSON typed by hand reaches this parser, not the data converter: a bad field is a
-        # failed workflow with the key named, never a workflow task that fails forever.
+        # Parsed here, not by the converter: a bad field fails the workflow, not its tasks forever.
         self.calls = ModelCalls()
         self.stage = PLAN_PREPARING
         self.attempts = 0
@@ -96,15 +89,15 @@ class PlannerWorkflow:
     async def run(self, raw: Any = None) -> PlanResult:
         if self.plan is None:
             self._fail_stage(self.input_error)
-            raise ApplicationError(f"bad PlannerWorkflow start input: {self.input_error}", type="InvalidPlanInput",
-                                   non_retryable=True)
+            raise ApplicationError(f"bad PlannerWorkflow start input: {self.input_error}",
+                                   type="InvalidPlanInput", non_retryable=True)
         plan = self.plan
         self._details()
         try:
             prepared: PreparedPlan = await workflow.execute_activity(
-                ACTIVITY_PLAN_PREPARE, plan, result_type=PreparedPlan, start_to_close_timeout=timedelta(minutes=5),
-                retry_policy=QUICK, summary="plan: file list, context files, lessons, planner template",
-            )
+                ACTIVITY_PLAN_PREPARE, plan, result_type=PreparedPlan,
+                start_to_close_timeout=timedelta(minutes=5), retry_policy=QUICK,
+                summary="plan: file list, context files, lessons, planner template")
         except ActivityError as err:
             raise self._failure(root_cause_message(err), "PlanSetupError") from None
         model = prepared.model or str(prepared.params.get("model", ""))
@@ -134,7 +127,8 @@ class PlannerWorkflow:
                 talk.add_user({"type": "text", "text": "Answer by calling submit_board."})
             else:
                 talk.tool_result(tool_id, _refusal(checked.problems))
-        raise self._failure(f"the board was refused {ANSWERS} times: " + "; ".join(self.problems), "PlanRefused")
+        raise self._failure(f"the board was refused {ANSWERS} times: " + "; ".join(self.problems),
+                            "PlanRefused")
 
     async def _check(self, plan: PlanInput, reply: Any) -> PlanCheck:
         """The answer's board checked by an activity reading the stored reply (a reply from before
@@ -161,7 +155,8 @@ class PlannerWorkflow:
 
     async def _lesson(self, plan: PlanInput, attempt: int) -> None:
         """A refused board is a lesson for later plans (`activity_type` "plan")."""
-        lesson = Lesson(activity_type="plan", failure_type="board_refused", failure_msg="\n".join(self.problems),
+        lesson = Lesson(activity_type="plan", failure_type="board_refused",
+                        failure_msg="\n".join(self.problems),
                         metadata={"goal": plan.goal[:200], "workflow": workflow.info().workflow_id,
                                   "attempt": str(attempt)})
         try:
@@ -184,10 +179,11 @@ class PlannerWorkflow:
     def _details(self) -> None:
         plan, u = self.plan, self.calls.usage
         goal = plan.goal.strip().splitlines()[0][:120] if plan else "(no goal)"
-        lines = [f"**plan**: {goal}", "", f"- stage: {self.stage}" + (f" (answer {self.attempts})" if self.attempts else "")]
+        lines = [f"**plan**: {goal}", "", f"- stage: {self.stage}"
+                 + (f" (answer {self.attempts})" if self.attempts else "")]
         if plan is not None:
             lines.append(f"- repo: `{plan.repo}` at `{plan.base}`, at most {plan.max_tasks} tasks")
-        lines.append(f"- Claude: {u.requests} request(s), tokens in {u.input_tokens} out {u.output_tokens}, "
-                     f"est. ${u.cost_usd:.4f}")
+        lines.append(f"- Claude: {u.requests} request(s), tokens in {u.input_tokens} out "
+                     f"{u.output_tokens}, est. ${u.cost_usd:.4f}")
         lines += [f"- refused: {p[:200]}" for p in self.problems[:5]]
         workflow.set_current_details("\n".join(lines))

@@ -1,8 +1,6 @@
 """Apply a model's `apply_edits` input to a worktree, refusing anything that is not plainly safe.
-
-The model proposes text edits; git, not the model, makes the diff. Every refusal says which edit and
-why, in words a person (or the model in its fix round) can act on.
-"""
+Git, not the model, makes the diff; every refusal names the edit and why, in words a person (or the
+model in its fix round) can act on."""
 
 from __future__ import annotations
 
@@ -35,7 +33,8 @@ def parse_edits(raw: Any) -> list[Edit]:
     for number, item in enumerate(raw, 1):
         if not isinstance(item, dict):
             raise EditRefused(f"edit #{number} must be an object with path, old_text, new_text")
-        values = [item.get(k, "" if k == "old_text" else None) for k in ("path", "old_text", "new_text")]
+        values = [item.get(k, "" if k == "old_text" else None)
+                  for k in ("path", "old_text", "new_text")]
         if not all(isinstance(v, str) for v in values):
             raise EditRefused(f"edit #{number}: path, old_text and new_text must be strings")
         edits.append(Edit(*values))
@@ -68,7 +67,8 @@ def _replace_once(text: str, old: str, new: str, where: str) -> str:
     if count == 1:
         return text.replace(old, new, 1)
     if count > 1:
-        raise EditRefused(f"{where}: old_text occurs {count} times; include more context so it occurs once")
+        raise EditRefused(
+            f"{where}: old_text occurs {count} times; include more context so it occurs once")
     # Fallback: the same lines with trailing whitespace ignored (models often drop or add it).
     lines = text.splitlines(keepends=True)
     wanted = [line.rstrip() for line in old.splitlines()]
@@ -76,7 +76,8 @@ def _replace_once(text: str, old: str, new: str, where: str) -> str:
         wanted.pop()
     if wanted:
         stripped = [line.rstrip() for line in lines]
-        starts = [i for i in range(len(lines) - len(wanted) + 1) if stripped[i : i + len(wanted)] == wanted]
+        starts = [i for i in range(len(lines) - len(wanted) + 1)
+                  if stripped[i : i + len(wanted)] == wanted]
         if len(starts) == 1:
             start, end = starts[0], starts[0] + len(wanted)
             replacement = new
@@ -86,9 +87,9 @@ def _replace_once(text: str, old: str, new: str, where: str) -> str:
         if len(starts) > 1:
             raise EditRefused(
                 f"{where}: old_text occurs {len(starts)} times (ignoring trailing whitespace); "
-                "include more context so it occurs once"
-            )
-    raise EditRefused(f"{where}: old_text was not found (not even ignoring trailing whitespace per line)")
+                "include more context so it occurs once")
+    raise EditRefused(
+        f"{where}: old_text was not found (not even ignoring trailing whitespace per line)")
 
 
 def apply_edits(root: Path, raw_edits: Any) -> list[str]:
@@ -101,13 +102,15 @@ def apply_edits(root: Path, raw_edits: Any) -> list[str]:
             raise EditRefused(f"{where}: is not a regular file")
         if edit.old_text == "":
             if target.exists() and target.stat().st_size > 0:
-                raise EditRefused(f"{where}: old_text is empty (create) but the file exists with content")
+                raise EditRefused(
+                    f"{where}: old_text is empty (create) but the file exists with content")
             target.parent.mkdir(parents=True, exist_ok=True)
             _target(root, edit.path, number)  # the folders just made must not lead outside either
             target.write_text(edit.new_text)
         else:
             if not target.exists():
-                raise EditRefused(f"{where}: file does not exist (use an empty old_text to create it)")
+                raise EditRefused(
+                    f"{where}: file does not exist (use an empty old_text to create it)")
             try:
                 text = target.read_text()
             except UnicodeDecodeError:

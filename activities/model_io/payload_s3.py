@@ -1,9 +1,6 @@
 """The payload store on S3-compatible object storage (`s3://BUCKET/PREFIX`), through boto3.
-
-Endpoint, region and credentials come from the standard AWS settings (`AWS_ENDPOINT_URL`,
-`AWS_DEFAULT_REGION`, `AWS_ACCESS_KEY_ID`, instance roles, ...), so any S3 API works. boto3 is
-imported on first use: a worker that never stores a payload never pays for the import.
-"""
+Endpoint, region and credentials come from the standard AWS settings, so any S3 API works; boto3
+is imported on first use, so a worker that stores no payload never pays for it."""
 
 from __future__ import annotations
 
@@ -15,15 +12,8 @@ from urllib.parse import urlparse
 
 from taskfleet.activities.model_io.payload_store import PayloadStore, PayloadStoreError
 
-RETRYABLE_CODES = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestTimeout",
-    "InternalError",
-    "ServiceUnavailable",
-    "RequestTimeTooSkewed",
-}
+RETRYABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                   "InternalError", "ServiceUnavailable", "RequestTimeTooSkewed"}
 
 
 class S3Store(PayloadStore):
@@ -35,8 +25,7 @@ class S3Store(PayloadStore):
             raise ValueError(f"TASKFLEET_PAYLOAD_STORE={url!r}: give s3://BUCKET/PREFIX")
         if importlib.util.find_spec("boto3") is None:
             raise ValueError(
-                f"TASKFLEET_PAYLOAD_STORE={url!r} needs boto3: pip install 'taskfleet[s3]'"
-            )
+                f"TASKFLEET_PAYLOAD_STORE={url!r} needs boto3: pip install 'taskfleet[s3]'")
         self.url, self.bucket = url.rstrip("/"), parsed.netloc
         self.prefix = parsed.path.strip("/") + "/" if parsed.path.strip("/") else ""
         self._client: Any = None
@@ -49,12 +38,8 @@ class S3Store(PayloadStore):
                 import boto3
                 from botocore.config import Config
 
-                config = Config(
-                    retries={"max_attempts": 3, "mode": "standard"},
-                    connect_timeout=5,
-                    read_timeout=60,
-                    max_pool_connections=self.readers + 4,
-                )
+                config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5,
+                                read_timeout=60, max_pool_connections=self.readers + 4)
                 self._client = boto3.session.Session().client("s3", config=config)
             return self._client
 
@@ -70,30 +55,19 @@ class S3Store(PayloadStore):
             code = str(err.response.get("Error", {}).get("Code", ""))
             status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
             if code in ("NoSuchKey", "404", "NotFound"):
-                return PayloadStoreError(
-                    f"payload {key} is not in the {where} (pruned, or a worker "
-                    "with another TASKFLEET_PAYLOAD_STORE stored it)",
-                    "PayloadMissing",
-                )
+                return PayloadStoreError(f"payload {key} is not in the {where} (pruned, or a "
+                                         "worker with another TASKFLEET_PAYLOAD_STORE stored it)",
+                                         "PayloadMissing")
             retry = status >= 500 or code in RETRYABLE_CODES
             kind = "PayloadStoreUnavailable" if retry else "PayloadStoreRefused"
-            return PayloadStoreError(
-                f"{where}: {what} {key}: {code or status} "
-                f"{err.response.get('Error', {}).get('Message', '')}".strip(),
-                kind,
-                retry=retry,
-            )
+            return PayloadStoreError(f"{where}: {what} {key}: {code or status} "
+                                     f"{err.response.get('Error', {}).get('Message', '')}".strip(),
+                                     kind, retry=retry)
         if isinstance(err, BotoCoreError):
-            return PayloadStoreError(
-                f"{where} is unreachable: {what} {key}: {err}"[:500],
-                "PayloadStoreUnavailable",
-                retry=True,
-            )
-        return PayloadStoreError(
-            f"{where}: {what} {key}: {type(err).__name__}: {err}"[:500],
-            "PayloadStoreUnavailable",
-            retry=True,
-        )
+            return PayloadStoreError(f"{where} is unreachable: {what} {key}: {err}"[:500],
+                                     "PayloadStoreUnavailable", retry=True)
+        return PayloadStoreError(f"{where}: {what} {key}: {type(err).__name__}: {err}"[:500],
+                                 "PayloadStoreUnavailable", retry=True)
 
     def _write(self, key: str, data: bytes) -> None:
         # Always a PUT, even for a key already there: its new LastModified keeps it from pruning.
@@ -110,11 +84,8 @@ class S3Store(PayloadStore):
 
     def _list(self) -> Any:
         try:
-            pages = (
-                self.client()
-                .get_paginator("list_objects_v2")
-                .paginate(Bucket=self.bucket, Prefix=self.prefix)
-            )
+            pages = self.client().get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix)
             for page in pages:
                 for item in page.get("Contents", []):
                     modified: datetime = item["LastModified"]

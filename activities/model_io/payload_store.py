@@ -1,10 +1,7 @@
 """The payload store: prompts, replies and edits kept out of workflow history, content-addressed.
-
-A payload's key is the SHA-256 of its bytes, so the key is also its checksum: every read checks it,
-and the same bytes stored twice are one object. Histories carry `PayloadRef`s only, so replaying a
-workflow never reads the store; activities do. A local folder by default, or S3-compatible storage
-(`s3://bucket/prefix`) that every worker of the task queue sees.
-"""
+A key is the SHA-256 of its bytes, checked on every read; the same bytes stored twice are one
+object. Histories carry `PayloadRef`s only, so replay never reads the store. A local folder by
+default, or S3-compatible storage (`s3://bucket/prefix`) that every worker of the queue sees."""
 
 from __future__ import annotations
 
@@ -53,11 +50,8 @@ class PayloadStore:
     def get(self, ref: PayloadRef) -> bytes:
         data = self._read(ref.key)
         if hashlib.sha256(data).hexdigest() != ref.key:
-            raise PayloadStoreError(
-                f"payload {ref.key} in {self.url} is corrupted (its SHA-256 "
-                f"does not match; {len(data)} bytes)",
-                "PayloadCorrupt",
-            )
+            raise PayloadStoreError(f"payload {ref.key} in {self.url} is corrupted (its SHA-256 "
+                                    f"does not match; {len(data)} bytes)", "PayloadCorrupt")
         return data
 
     def get_many(self, refs: list[PayloadRef]) -> list[bytes | PayloadStoreError]:
@@ -75,8 +69,7 @@ class PayloadStore:
             return list(pool.map(one, refs))
 
     def prune(self, before: float, dry_run: bool = False) -> tuple[int, int, int, int]:
-        """Remove payloads last stored before `before` (epoch seconds): (removed, their bytes,
-        kept, their bytes)."""
+        """Remove payloads last stored before `before` (epoch s): (removed, bytes, kept, bytes)."""
         gone = gone_bytes = kept = kept_bytes = 0
         old: list[str] = []
         for key, size, stored_at in self._list():
@@ -146,9 +139,7 @@ class LocalStore(PayloadStore):
             full = err.errno in (errno.ENOSPC, errno.EDQUOT)
             raise PayloadStoreError(
                 f"payload store {self.url}: cannot store {key}: {err.strerror}",
-                "PayloadStoreFull" if full else "PayloadStoreUnavailable",
-                retry=not full,
-            ) from None
+                "PayloadStoreFull" if full else "PayloadStoreUnavailable", retry=not full) from None
 
     def _read(self, key: str) -> bytes:
         try:
@@ -157,14 +148,11 @@ class LocalStore(PayloadStore):
             raise PayloadStoreError(
                 f"payload {key} is not in the payload store {self.url} (pruned, "
                 "or a worker with another TASKFLEET_PAYLOAD_STORE stored it)",
-                "PayloadMissing",
-            ) from None
+                "PayloadMissing") from None
         except OSError as err:
             raise PayloadStoreError(
                 f"payload store {self.url}: cannot read {key}: {err.strerror}",
-                "PayloadStoreUnavailable",
-                retry=True,
-            ) from None
+                "PayloadStoreUnavailable", retry=True) from None
 
     def _list(self) -> Any:
         for folder in self.root.glob("??"):
@@ -187,7 +175,6 @@ def payload_store(url: str, default: Path) -> PayloadStore:
         return S3Store(url)
     if "://" in url and not url.startswith("file://"):
         raise ValueError(
-            f"TASKFLEET_PAYLOAD_STORE={url!r}: give a folder, file://PATH or s3://BUCKET/PREFIX"
-        )
+            f"TASKFLEET_PAYLOAD_STORE={url!r}: give a folder, file://PATH or s3://BUCKET/PREFIX")
     path = url.removeprefix("file://") or str(default)
     return LocalStore(Path(os.path.abspath(os.path.expanduser(path))))

@@ -55,8 +55,7 @@ def context_files(repo: Repo, commit: str, globs: list[str], max_bytes: int, bas
     total = sum(sizes.values())
     if total > max_bytes:
         largest = sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
-        raise RepoReadError(
-            f"context files total {total} bytes, over the cap of {max_bytes} (TASKFLEET_LLM_CONTEXT_MAX_BYTES); "
-            "largest: " + ", ".join(f"{n} ({s} bytes)" for n, s in largest)
-        )
+        raise RepoReadError(f"context files total {total} bytes, over the cap of {max_bytes} "
+                            "(TASKFLEET_LLM_CONTEXT_MAX_BYTES); largest: "
+                            + ", ".join(f"{n} ({s} bytes)" for n, s in largest))
     return [(n, repo.git.show(f"{commit}:{n}", strip_newline_in_stdout=False)) for n in chosen]

@@ -17,8 +17,7 @@ EDITS_TOOL = "apply_edits"
 
 
 async def request_params(store: PayloadStore, request: ModelRequest) -> dict:
-    """The Messages API params: the prepared request with the later turns appended (an assistant
-    turn's content read from its stored reply)."""
+    """The Messages API params: the prepared request plus later turns (replies read back)."""
     params = dict(await store.get_json(request.prepared) if request.prepared else request.params)
     messages = list(params.get("messages") or [])
     for turn in request.turns:
@@ -27,12 +26,8 @@ async def request_params(store: PayloadStore, request: ModelRequest) -> dict:
             messages.append(turn)
             continue
         message = await store.get_json(reply)
-        messages.append(
-            {
-                "role": "assistant",
-                "content": message.get("content") or [{"type": "text", "text": "-"}],
-            }
-        )
+        messages.append({"role": "assistant",
+                         "content": message.get("content") or [{"type": "text", "text": "-"}]})
     params["messages"] = messages
     return params
 
@@ -54,11 +49,8 @@ def first_tool(message: dict) -> dict:
 def tool_input(message: Any, name: str) -> Any:
     """The input of the reply's call of `name` (None if it made none)."""
     for block in message.get("content") or [] if isinstance(message, dict) else []:
-        if (
-            isinstance(block, dict)
-            and block.get("type") == "tool_use"
-            and block.get("name") == name
-        ):
+        if (isinstance(block, dict) and block.get("type") == "tool_use"
+                and block.get("name") == name):
             return block.get("input")
     return None
 

@@ -1,4 +1,5 @@
-"""The `taskfleet` command line: drive the git batcher and merge queues, run boards, query lessons, run the demo."""
+"""The `taskfleet` command line: drive the git batcher and merge queues, run boards, query lessons,
+run the demo."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+def leaf_commands(parser: argparse.ArgumentParser,
+                  path: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Every command that takes no further subcommand, by its words (`("git", "enqueue")`)."""
     found = {}
     for action in parser._actions:
@@ -55,13 +57,14 @@ def run(argv: list[str] | None = None) -> int:
         print(f"taskfleet: {err}", file=sys.stderr)
         return 2
     except RPCError as err:
-        print(f"taskfleet: the server refused: {_one_line(err)} ({err.status.name})", file=sys.stderr)
+        print(f"taskfleet: the server refused: {_one_line(err)} ({err.status.name})",
+              file=sys.stderr)
         return 2
     except WorkflowAlreadyStartedError as err:
         print(f"taskfleet: {err.workflow_id} is already running", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # `taskfleet run --json | head -1`: the reader is gone; nothing more to say, and nowhere to say it.
+        # `taskfleet run --json | head -1`: the reader is gone, and there is nowhere to say more.
         _silence_stdout()
         return 0
     except KeyboardInterrupt:
@@ -75,9 +78,8 @@ def _silence_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Exits without interpreter finalization: the Temporal client's native
-    runtime threads can still be winding down then, and CPython aborts ("PyGILState_Release")
-    when one of them touches the interpreter during finalization. Output is flushed first."""
+    """Console entry point; exits without interpreter finalization (output flushed first): CPython
+    aborts if the Temporal client's native threads, still winding down, touch it then."""
     code = run(argv)
     try:
         sys.stdout.flush()

@@ -283,11 +283,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=show)
     group = sub.add_parser("payloads", help="the payload store: prompts, replies, edits")
     commands = group.add_subparsers(dest="payloads_command", required=True)
-    p = commands.add_parser("prune", help="remove payloads older than N days (never an open run's)",
-                            **examples("taskfleet payloads prune --older-than-days 30 --dry-run",
-                                       "taskfleet payloads prune --older-than-days 30 --store s3://b/t"))
-    p.add_argument("--older-than-days", type=float, required=True,
-                   help="remove what was last stored longer ago than this (open runs' payloads stay)")
+    p = commands.add_parser(
+        "prune", help="remove payloads older than N days (never an open run's)",
+        **examples("taskfleet payloads prune --older-than-days 30 --dry-run",
+                   "taskfleet payloads prune --older-than-days 30 --store s3://b/t"))
+    p.add_argument(
+        "--older-than-days", type=float, required=True,
+        help="remove what was last stored longer ago than this (open runs' payloads stay)")
     p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     p.add_argument("--store", help=store_help)
     p.set_defaults(func=prune)

@@ -203,8 +203,7 @@ async def _notice_without_worker(client: Client, handle: WorkflowHandle, task_qu
 async def watch(
     handle: WorkflowHandle, total: int, show: bool, stop: asyncio.Event | None = None
 ) -> OrchestratorResult | None:
-    """Wait for the result, drawing a progress line meanwhile (with `show`); None once `stop` is
-    set."""
+    """The result, with a progress line drawn meanwhile (with `show`); None once `stop` is set."""
     result_task = asyncio.ensure_future(handle.result())
     stop_task = asyncio.ensure_future((stop or asyncio.Event()).wait())
     try:

@@ -1,7 +1,6 @@
-"""What a task's own agent reports it cost: the JSON a command writes to `TASKFLEET_USAGE_FILE`, in
-the common shapes as agents write them (one object, or JSON lines summed): dollars from
-`cost_usd` or `total_cost_usd`, tokens from `input_tokens`/`output_tokens` (top level or under
-`usage`)."""
+"""What a task's own agent reports it cost in `TASKFLEET_USAGE_FILE`: one JSON object, or JSON lines
+summed; dollars from `cost_usd` or `total_cost_usd`, tokens from `input_tokens`/`output_tokens`
+(top level or under `usage`)."""
 
 from __future__ import annotations
 

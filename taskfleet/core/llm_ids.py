@@ -1,4 +1,4 @@
-"""Ids of the Claude implementer: the batcher's workflow id, per-task child ids, request custom ids."""
+"""Ids of the Claude implementer: its batcher's workflow id, per-task child ids, custom ids."""
 
 from __future__ import annotations
 
@@ -27,12 +27,8 @@ def llm_task_workflow_id(run_key: str, task_id: str) -> str:
 
 
 def llm_custom_id(first_run_id: str, task_id: str, attempt: int, resubmit: int = 0) -> str:
-    """Deterministic from run, task and attempt; matches `^[a-zA-Z0-9_-]{1,64}$`.
-
-    `first_run_id` is the task workflow's first run id (unique to this run of this task), so a re-run
-    with the same workflow id never repeats an earlier run's custom ids (the batcher would ignore
-    them as duplicates), and a replay under another workflow id computes the same ids.
-    """
+    """Deterministic from the task workflow's first run id (not its id: replays agree, and a re-run
+    never repeats ids the batcher would drop), task and attempt; fits `^[a-zA-Z0-9_-]{1,64}$`."""
     digest = hashlib.sha256(f"{first_run_id}\0{task_id}".encode()).hexdigest()[:16]
     head = re.sub(r"[^a-zA-Z0-9_-]", "_", task_id)[:32]
     tail = f"-a{attempt}" + (f"r{resubmit}" if resubmit else "")
@@ -40,5 +36,5 @@ def llm_custom_id(first_run_id: str, task_id: str, attempt: int, resubmit: int =
 
 
 def judge_workflow_id(run_id: str, task_id: str, round_: int) -> str:
-    """The child workflow that asks a Claude judge about one task's commit (one per judging round)."""
+    """The child workflow that asks a Claude judge about a task's commit (one per judging round)."""
     return f"{run_id}/judge/{task_id}/{round_}"

@@ -1,8 +1,6 @@
-"""Estimated cost of Claude requests: list prices per million tokens by model family.
-
-An estimate for the run summary, not a bill: prices change, and unknown models are priced as Sonnet.
-Message Batches cost half; cache reads cost a tenth of input, cache writes 1.25x.
-"""
+"""Estimated cost of Claude requests: list prices per million tokens by model family. An estimate
+for the run summary, not a bill: unknown models are priced as Sonnet; Message Batches cost half,
+cache reads a tenth of input, cache writes 1.25x."""
 
 from __future__ import annotations
 
@@ -22,10 +20,7 @@ def price_of(model: str) -> tuple[float, float]:
 
 def estimate_cost(model: str, usage: LLMUsage, batched: bool) -> float:
     price_in, price_out = price_of(model)
-    dollars = (
-        usage.input_tokens * price_in
-        + usage.cache_read_tokens * price_in * 0.1
-        + usage.cache_creation_tokens * price_in * 1.25
-        + usage.output_tokens * price_out
-    ) / 1_000_000
+    dollars = (usage.input_tokens * price_in + usage.cache_read_tokens * price_in * 0.1
+               + usage.cache_creation_tokens * price_in * 1.25
+               + usage.output_tokens * price_out) / 1_000_000
     return round(dollars * (BATCH_DISCOUNT if batched else 1.0), 6)

@@ -26,7 +26,8 @@ def describe(raw: Any) -> str:
         text = repr(raw)
     except Exception:  # noqa: BLE001 - a hostile __repr__ cannot reach us, but stay safe
         text = f"<{type(raw).__name__}>"
-    return text if len(text) <= DESCRIBE_LIMIT else text[:DESCRIBE_LIMIT] + f"... ({len(text)} chars)"
+    return (text if len(text) <= DESCRIBE_LIMIT
+            else text[:DESCRIBE_LIMIT] + f"... ({len(text)} chars)")
 
 
 def parse_submit(args: tuple) -> LLMRequest:

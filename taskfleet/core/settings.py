@@ -1,4 +1,4 @@
-"""Worker-side settings of the plugin (paths of worker-memory services); never sent over the wire."""
+"""Worker-side settings of the plugin (paths of worker-memory services); never on the wire."""
 
 from __future__ import annotations
 
@@ -27,50 +27,45 @@ def _state_dir() -> Path:
 
 @dataclass
 class TaskfleetSettings:
-    """Where the worker keeps its files. Defaults live under `.taskfleet/` (or $TASKFLEET_STATE_DIR)."""
+    """Where the worker keeps its files: `.taskfleet/` (or $TASKFLEET_STATE_DIR) by default."""
 
     state_dir: Path = field(default_factory=_state_dir)
     # JSONL of past failures (env TASKFLEET_LESSONS_PATH; default <state_dir>/lessons.jsonl)
     lessons_path: Path | None = field(default_factory=lambda: _env_path("TASKFLEET_LESSONS_PATH"))
     # Jinja2 templates compiled at start (env TASKFLEET_TEMPLATES_DIR; default: the shipped ones)
     templates_dir: Path | None = field(default_factory=lambda: _env_path("TASKFLEET_TEMPLATES_DIR"))
-    # Pods sharing a clone: a folder every pod sees, where each appends lessons to its own journal
-    # and reads all the others' (env TASKFLEET_LESSONS_DIR; unset: the one file `lessons_path`).
+    # Pods sharing a clone: each journals its lessons here and reads all (env TASKFLEET_LESSONS_DIR)
     lessons_dir: Path | None = field(default_factory=lambda: _env_path("TASKFLEET_LESSONS_DIR"))
-    # This pod's name in shared places: journal file, worktree names and owners (env TASKFLEET_POD_ID;
-    # default the host name, which is the pod name in Kubernetes).
+    # This pod's name in journals and worktree names (env TASKFLEET_POD_ID; default: host name)
     pod_id: str = field(default_factory=pod_id)
     # In-memory part of the activity result cache; the rest is SQLite under the state dir.
     result_cache_memory_bytes: int = 64 * 1024 * 1024
-    # Worker variables task processes may see beyond the minimal base: names or shell-style
-    # patterns (env TASKFLEET_TASK_ENV, "NPM_TOKEN,PIP_*"; default none). See taskfleet.core.task_env.
-    task_env: tuple[str, ...] = field(default_factory=lambda: parse_allow_list(os.environ.get(ALLOW_VARIABLE)))
-    # How a task's processes die with it: "auto" (a PID namespace per command where the kernel
-    # allows it, else process groups), "pid-namespace" (required) or "process-group" (env
-    # TASKFLEET_PROCESS_TREES). See activities/processes/process_trees.py.
-    process_trees: str = field(default_factory=lambda: os.environ.get("TASKFLEET_PROCESS_TREES") or "auto")
-    # The task queue every taskfleet worker also polls, for the lease locks (one per resource, so
-    # not per queue). Every worker of a namespace must agree (env TASKFLEET_COORDINATION_QUEUE).
+    # Worker variables tasks may see: names or patterns (env TASKFLEET_TASK_ENV, "NPM_TOKEN,PIP_*")
+    task_env: tuple[str, ...] = field(
+        default_factory=lambda: parse_allow_list(os.environ.get(ALLOW_VARIABLE)))
+    # How a task's processes die with it: "auto" (a PID namespace where allowed, else process
+    # groups), "pid-namespace" or "process-group" (env TASKFLEET_PROCESS_TREES)
+    process_trees: str = field(
+        default_factory=lambda: os.environ.get("TASKFLEET_PROCESS_TREES") or "auto")
+    # The lease locks' queue: every worker polls it, all agree (env TASKFLEET_COORDINATION_QUEUE)
     coordination_task_queue: str = field(
-        default_factory=lambda: os.environ.get("TASKFLEET_COORDINATION_QUEUE") or COORDINATION_TASK_QUEUE
-    )
-    # Where Claude's prompts, replies and edits live, out of workflow history: a folder or
-    # s3://BUCKET/PREFIX (env TASKFLEET_PAYLOAD_STORE; default <state_dir>/payloads). Every
-    # worker of a task queue must see the same store.
+        default_factory=lambda: os.environ.get("TASKFLEET_COORDINATION_QUEUE")
+        or COORDINATION_TASK_QUEUE)
+    # Claude's prompts, replies and edits, out of workflow history: a folder or s3://BUCKET/PREFIX
+    # that every worker of a queue sees (env TASKFLEET_PAYLOAD_STORE; default <state_dir>/payloads)
     payload_store: str = field(
         default_factory=lambda: os.environ.get("TASKFLEET_PAYLOAD_STORE", ""))
 
     def __post_init__(self) -> None:
-        # Absolute once, here, from the worker's working directory: git resolves a relative path
-        # against the clone it runs in and the executor against its worktree, so a relative state
-        # dir would scatter `.taskfleet/` folders into users' repositories.
+        # Absolute once: relative, git and the executor would resolve it inside users' repositories.
         self.state_dir = _absolute(self.state_dir)
-        self.lessons_path = _absolute(self.lessons_path) if self.lessons_path else self.state_dir / "lessons.jsonl"
+        self.lessons_path = (_absolute(self.lessons_path) if self.lessons_path
+                             else self.state_dir / "lessons.jsonl")
         if self.lessons_dir is not None:
             self.lessons_dir = _absolute(self.lessons_dir)
         if self.templates_dir is not None:
             self.templates_dir = _absolute(self.templates_dir)
-        self.task_env = parse_allow_list(self.task_env)  # a string or a list: names and patterns, checked
+        self.task_env = parse_allow_list(self.task_env)  # a string or a list, checked
 
     @property
     def logs_dir(self) -> Path:

@@ -1,16 +1,7 @@
-"""`StandIn`: speaks the Messages and Message Batches wire format on 127.0.0.1, scripted per role.
-
-Driven through the real `anthropic` client (`ANTHROPIC_BASE_URL` = its url). It answers every
-request with a call of the tool the request forces (`tool_choice`): `apply_edits` (the implementer),
-`submit_review` (the judge) or `submit_board` (the planner). Answers come from a script (per task id
-and in request order for the implementer and the judge, in request order for the planner) or a
-default behaviour, and it counts every API call it serves.
-
-A behaviour is a dict. `apply_edits`: `edits` (list of {path, old_text, new_text}) and `summary`.
-`submit_review`: `verdict`, `reasons`, `comments`. `submit_board`: `board` ({name, tasks}). Any of
-them: `input` (the tool's input exactly, to send a malformed answer), `no_tool: true` for a reply
-without the tool call, or `result` ("succeeded", "errored", "expired", "canceled") with `error`.
-"""
+"""`StandIn`: the Messages and Message Batches wire format on 127.0.0.1, for the real `anthropic`
+client (`ANTHROPIC_BASE_URL`). It answers each request with a call of the tool it forces
+(`apply_edits`, `submit_review`, `submit_board`), from a script (by task id, else in request order)
+or a default behaviour, and counts every API call it serves."""
 
 from __future__ import annotations
 
@@ -32,6 +23,8 @@ GOAL = re.compile(r"Goal: (.+)")
 MAX_TASKS = re.compile(r"at most (\d+) tasks")
 EDITS, REVIEW, BOARD = "apply_edits", "submit_review", "submit_board"
 FAKE_API_KEY = "standin-not-a-real-key"
+# A behaviour: `edits` + `summary`, `verdict` + `reasons` + `comments`, or `board`; or `input` (the
+# tool's exact input), `no_tool: true`, or `result` ("errored", "expired", "canceled") + `error`.
 Behavior = dict[str, Any]
 
 
@@ -43,19 +36,21 @@ def default_behavior(task_id: str, params: dict) -> Behavior:
 
 def default_review(task_id: str, params: dict) -> Behavior:
     """Approve: the stand-in reads no diff."""
-    return {"verdict": "approve", "reasons": [f"the stand-in approves {task_id or 'the change'} (it reads no diff)"],
+    return {"verdict": "approve",
+            "reasons": [f"the stand-in approves {task_id or 'the change'} (it reads no diff)"],
             "comments": []}
 
 
 def default_plan(params: dict) -> Behavior:
-    """Two tasks that work on any repository: each writes `plan/<id>.md` naming the goal; the
-    verify command checks the file. Fewer when the request allows fewer."""
+    """Up to two tasks that work on any repository, each writing the `plan/<id>.md` it verifies."""
     text = _user_text(params)
     goal = (GOAL.search(text).group(1).strip() if GOAL.search(text) else "the goal")[:200]
     limit = int(MAX_TASKS.search(text).group(1)) if MAX_TASKS.search(text) else 2
     tasks = [{"id": f"P{i}", "scope": f"step {i} of the plan for: {goal}",
-              "run": f'mkdir -p plan && printf "%s\\n" "$TASKFLEET_TASK_ID: {_shell_safe(goal)}" > "plan/$TASKFLEET_TASK_ID.md"',
-              "verify": 'test -s "plan/$TASKFLEET_TASK_ID.md"'} for i in range(1, min(2, limit) + 1)]
+              "run": f'mkdir -p plan && printf "%s\\n" "$TASKFLEET_TASK_ID: {_shell_safe(goal)}" '
+                     '> "plan/$TASKFLEET_TASK_ID.md"',
+              "verify": 'test -s "plan/$TASKFLEET_TASK_ID.md"'}
+             for i in range(1, min(2, limit) + 1)]
     return {"board": {"name": "offline-plan", "tasks": tasks}}
 
 
@@ -84,20 +79,20 @@ class _Batch:
 
 @dataclass
 class StandIn:
-    script: dict[str, list[Behavior]] = field(default_factory=dict)  # apply_edits answers, per task id
+    script: dict[str, list[Behavior]] = field(default_factory=dict)  # apply_edits, by task id
     default: Callable[[str, dict], Behavior] = default_behavior
-    reviews: dict[str, list[Behavior]] = field(default_factory=dict)  # submit_review answers, per task id
+    reviews: dict[str, list[Behavior]] = field(default_factory=dict)  # submit_review, by task id
     default_review: Callable[[str, dict], Behavior] = default_review
     plans: list[Behavior] = field(default_factory=list)  # submit_board answers, in request order
     default_plan: Callable[[dict], Behavior] = default_plan
     batch_polls: int = 0  # retrieves that still say `in_progress` before a batch ends
     out_of_order: bool = True  # results come back reversed (the API promises no order)
-    create_delays: list[float] = field(default_factory=list)  # seconds to hold each create's response
-    extra_result_ids: list[str] = field(default_factory=list)  # result lines for ids never submitted
+    create_delays: list[float] = field(default_factory=list)  # seconds each create's answer waits
+    extra_result_ids: list[str] = field(default_factory=list)  # result lines for unsubmitted ids
 
     def __post_init__(self) -> None:
         self.calls: Counter[str] = Counter()
-        self.requests: list[dict] = []  # every request served: {"task", "tool", "custom_id", "via", "params"}
+        self.requests: list[dict] = []  # each request served: {task, tool, custom_id, via, params}
         self._batches: dict[str, _Batch] = {}
         self._order: list[str] = []
         self._systems: set[str] = set()
@@ -124,7 +119,8 @@ class StandIn:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="anthropic-standin", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, name="anthropic-standin",
+                         daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -179,7 +175,7 @@ class StandIn:
                                   "params": params})
             system = params.get("system") or []
             blocks = [{"type": "text", "text": system}] if isinstance(system, str) else list(system)
-            # Prompt caching: the longest prefix ending at a cache_control block that was seen before.
+            # Prompt caching: the longest prefix ending at a cache_control block seen before.
             prefixes = [json.dumps(blocks[: i + 1], sort_keys=True) for i, b in enumerate(blocks)
                         if isinstance(b, dict) and b.get("cache_control")]
             read = max((len(p) for p in prefixes if p in self._systems), default=0)
@@ -187,41 +183,43 @@ class StandIn:
         total = len(json.dumps(blocks, sort_keys=True))
         return behavior, self._message(params, tool, behavior, read // 4, (total - read) // 4)
 
-    def _message(self, params: dict, tool: str, behavior: Behavior, read_tokens: int, written_tokens: int) -> dict:
+    def _message(self, params: dict, tool: str, behavior: Behavior, read_tokens: int,
+                 written_tokens: int) -> dict:
         if "input" in behavior:
             tool_input = behavior["input"]
         elif tool == REVIEW:
-            tool_input = {"verdict": behavior.get("verdict", "approve"), "reasons": behavior.get("reasons", []),
+            tool_input = {"verdict": behavior.get("verdict", "approve"),
+                          "reasons": behavior.get("reasons", []),
                           "comments": behavior.get("comments", [])}
         elif tool == BOARD:
             tool_input = behavior.get("board", {})
         else:
-            tool_input = {"edits": behavior.get("edits", []), "summary": behavior.get("summary", "")}
+            tool_input = {"edits": behavior.get("edits", []),
+                          "summary": behavior.get("summary", "")}
         content: list[dict] = [{"type": "text", "text": "Here is my answer."}]
         if not behavior.get("no_tool"):
-            content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": tool,
-                            "input": tool_input})
+            content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}",
+                            "name": tool, "input": tool_input})
         total = len(json.dumps(params)) // 4
-        return {
-            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
-            "model": params.get("model", ""), "content": content,
-            "stop_reason": "end_turn" if behavior.get("no_tool") else "tool_use", "stop_sequence": None,
-            "usage": {
-                "input_tokens": max(total - read_tokens - written_tokens, 1),
-                "output_tokens": len(json.dumps(tool_input)) // 4 + 10,
-                "cache_read_input_tokens": read_tokens,
-                "cache_creation_input_tokens": written_tokens,
-            },
-        }
+        return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+                "model": params.get("model", ""), "content": content,
+                "stop_reason": "end_turn" if behavior.get("no_tool") else "tool_use",
+                "stop_sequence": None,
+                "usage": {"input_tokens": max(total - read_tokens - written_tokens, 1),
+                          "output_tokens": len(json.dumps(tool_input)) // 4 + 10,
+                          "cache_read_input_tokens": read_tokens,
+                          "cache_creation_input_tokens": written_tokens}}
 
     def _result_line(self, request: dict) -> dict:
-        behavior, message = self._answer(request.get("params", {}), request.get("custom_id"), "batch")
+        behavior, message = self._answer(request.get("params", {}),
+                                         request.get("custom_id"), "batch")
         kind = behavior.get("result", "succeeded")
         if kind == "succeeded":
             result: dict = {"type": "succeeded", "message": message}
         elif kind == "errored":
             result = {"type": "errored", "error": {"type": "error", "error": {
-                "type": "invalid_request_error", "message": behavior.get("error", "scripted error")}}}
+                "type": "invalid_request_error",
+                "message": behavior.get("error", "scripted error")}}}
         else:
             result = {"type": kind}
         return {"custom_id": request.get("custom_id"), "result": result}
@@ -233,25 +231,28 @@ class StandIn:
         counts = Counter(line["result"]["type"] for line in batch.lines) if ended else Counter()
         if batch.canceled and ended:
             counts = Counter({"canceled": len(batch.lines)})
-        return {
-            "id": batch.id, "type": "message_batch",
-            "processing_status": "ended" if ended else ("canceling" if batch.canceled else "in_progress"),
-            "request_counts": {"processing": 0 if ended else len(batch.lines), "succeeded": counts["succeeded"],
-                               "errored": counts["errored"], "canceled": counts["canceled"],
-                               "expired": counts["expired"]},
-            "created_at": _iso(batch.created_at), "ended_at": _iso(batch.ended_at),
-            "expires_at": _iso(batch.created_at + timedelta(hours=24)),
-            "cancel_initiated_at": _iso(batch.ended_at) if batch.canceled else None, "archived_at": None,
-            "results_url": f"{self.url}/v1/messages/batches/{batch.id}/results" if ended else None,
-        }
+        return {"id": batch.id, "type": "message_batch",
+                "processing_status": ("ended" if ended
+                                      else ("canceling" if batch.canceled else "in_progress")),
+                "request_counts": {"processing": 0 if ended else len(batch.lines),
+                                   "succeeded": counts["succeeded"], "errored": counts["errored"],
+                                   "canceled": counts["canceled"], "expired": counts["expired"]},
+                "created_at": _iso(batch.created_at), "ended_at": _iso(batch.ended_at),
+                "expires_at": _iso(batch.created_at + timedelta(hours=24)),
+                "cancel_initiated_at": _iso(batch.ended_at) if batch.canceled else None,
+                "archived_at": None,
+                "results_url": (f"{self.url}/v1/messages/batches/{batch.id}/results" if ended
+                                else None)}
 
     def create_batch(self, body: dict) -> dict:
         requests = body.get("requests")
         if not isinstance(requests, list) or not requests:
-            raise _ApiError(400, "invalid_request_error", "requests: at least one request is required")
+            raise _ApiError(400, "invalid_request_error",
+                            "requests: at least one request is required")
         ids = [r.get("custom_id") for r in requests if isinstance(r, dict)]
         if len(ids) != len(requests) or len(set(ids)) != len(ids):
-            raise _ApiError(400, "invalid_request_error", "requests: custom_id must be unique within a batch")
+            raise _ApiError(400, "invalid_request_error",
+                            "requests: custom_id must be unique within a batch")
         lines = [self._result_line(r) for r in requests]
         if self.out_of_order:
             lines.reverse()
@@ -281,7 +282,8 @@ class StandIn:
             if batch.ended_at is None:
                 batch.canceled = True
                 batch.ended_at = _now()
-                batch.lines = [{"custom_id": line["custom_id"], "result": {"type": "canceled"}} for line in batch.lines]
+                batch.lines = [{"custom_id": line["custom_id"], "result": {"type": "canceled"}}
+                               for line in batch.lines]
         return self._batch_json(batch)
 
     def results(self, batch_id: str) -> bytes:
@@ -320,14 +322,16 @@ def _user_text(params: dict) -> str:
     texts = []
     for message in params.get("messages", [])[:1]:
         content = message.get("content")
-        texts += [content] if isinstance(content, str) else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+        texts += ([content] if isinstance(content, str)
+                  else [b.get("text", "") for b in content or [] if isinstance(b, dict)])
     return "\n".join(t or "" for t in texts)
 
 
 def _task_of(params: dict) -> str:
     for message in params.get("messages", [])[:1]:
         content = message.get("content")
-        blocks = [content] if isinstance(content, str) else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+        blocks = ([content] if isinstance(content, str)
+                  else [b.get("text", "") for b in content or [] if isinstance(b, dict)])
         for text in blocks:
             found = TASK_ID.search(text or "")
             if found:
@@ -371,14 +375,17 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         parts = [p for p in url.path.split("/") if p]
         try:
-            if not (self.headers.get("x-api-key") or self.headers.get("authorization", "").startswith("Bearer ")):
-                raise _ApiError(401, "authentication_error", "an API key is required (x-api-key or Bearer)")
+            if not (self.headers.get("x-api-key")
+                    or self.headers.get("authorization", "").startswith("Bearer ")):
+                raise _ApiError(401, "authentication_error",
+                                "an API key is required (x-api-key or Bearer)")
             if method == "POST" and parts == ["v1", "messages"]:
                 owner.calls["messages.create"] += 1
                 body = self._body()
                 behavior, message = owner._answer(body, None, "direct")
                 if behavior.get("result", "succeeded") != "succeeded":
-                    raise _ApiError(400, "invalid_request_error", behavior.get("error", "scripted error"))
+                    raise _ApiError(400, "invalid_request_error",
+                                    behavior.get("error", "scripted error"))
                 return self._json(200, message)
             if parts[:3] == ["v1", "messages", "batches"]:
                 rest = parts[3:]
@@ -402,9 +409,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if method == "POST" and len(rest) == 2 and rest[1] == "cancel":
                     owner.calls["batches.cancel"] += 1
                     return self._json(200, owner.cancel(rest[0]))
-            raise _ApiError(404, "not_found_error", f"{method} {url.path} is not part of the stand-in")
+            raise _ApiError(404, "not_found_error",
+                            f"{method} {url.path} is not part of the stand-in")
         except _ApiError as err:
-            self._json(err.status, {"type": "error", "error": {"type": err.kind, "message": err.message}})
+            self._json(err.status,
+                       {"type": "error", "error": {"type": err.kind, "message": err.message}})
 
     def do_GET(self) -> None:  # noqa: N802
         self._route("GET")

@@ -1,1 +1,1 @@
-"""The judge: a Claude judge's verdict (`JudgeWorkflow`), asking a task's judge, a command task's rounds."""
+"""The judge: a Claude judge (`JudgeWorkflow`), asking a task's judge, a command task's rounds."""

@@ -18,7 +18,12 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import root_cause_message
     from taskfleet.core.models.judge import JudgeRequest, LandInput
-    from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
+    from taskfleet.core.models.orchestrator import (
+        TASK_FAILED,
+        TASK_SUCCEEDED,
+        TaskInput,
+        TaskResult,
+    )
     from taskfleet.core.models.review import (
         STAGE_IMPLEMENTING,
         STAGE_JUDGING,
@@ -39,8 +44,8 @@ SUMMED = ("seconds", "exec_seconds", "verify_seconds", "setup_seconds", "wait_se
           "agent_reports", "agent_input_tokens", "agent_output_tokens", "agent_cost_usd")
 
 
-async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolicy, heartbeat_timeout: float,
-                          on_stage: OnStage) -> TaskResult:
+async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolicy,
+                          heartbeat_timeout: float, on_stage: OnStage) -> TaskResult:
     """The task's result after its last round, with every round's judging and time added up."""
     task = task_input.task
     total, verdict = JudgeTally(), ""
@@ -49,8 +54,8 @@ async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolic
     result = TaskResult(id=task.id, status=TASK_FAILED, reason="no attempt made")
     for attempt in range(1, task.max_attempts + 1):
         on_stage(STAGE_IMPLEMENTING, verdict)
-        this_round = replace(task_input, hold_landing=True, attempt=attempt, start_commit=start, review=review,
-                             report_stages=True)
+        this_round = replace(task_input, hold_landing=True, attempt=attempt, start_commit=start,
+                             review=review, report_stages=True)
         try:
             result = await workflow.execute_activity(
                 ACTIVITY_RUN_TASK, this_round, result_type=TaskResult,
@@ -74,13 +79,15 @@ async def run_judged_task(task_input: TaskInput, summary: str, retry: RetryPolic
                                            attempt=attempt, stored=True))
         add_judging(total, outcome)
         if outcome.review is None:
-            result.status, result.failure_type, result.reason = TASK_FAILED, "judge_failed", f"judge: {outcome.error}"
+            result.status, result.failure_type, result.reason = (
+                TASK_FAILED, "judge_failed", f"judge: {outcome.error}")
             break
         review, verdict = outcome.review, outcome.review.verdict
         on_stage(STAGE_JUDGING, verdict)
         if verdict == VERDICT_APPROVE:
             on_stage(STAGE_LANDING, verdict)
-            result.landing_op_id = await land(LandInput(task_input=task_input, commit=result.commit))
+            result.landing_op_id = await land(
+                LandInput(task_input=task_input, commit=result.commit))
             break
         if verdict == VERDICT_REJECT:
             result.status, result.failure_type = TASK_FAILED, "judge_rejected"

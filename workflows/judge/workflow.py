@@ -1,13 +1,7 @@
-"""`JudgeWorkflow`: a Claude judge's verdict on one commit of one task, as a child workflow of the
-workflow that runs the task (the orchestrator for a command task, `LLMTaskWorkflow` for a Claude task).
-
-prepare (activity: diff, scope, verify output, lessons, `judge.j2`; a result-cache hit ends here) ->
-the model, through the same plumbing as the implementer (a Message Batch via `LLMBatchWorkflow`,
-or one direct call) -> its stored answer checked against `submit_review`'s schema (an activity,
-which keeps a fitting verdict in the result cache and, unless it approves, as a lesson with
-`activity_type` "judge"). An answer that breaks the schema gets one retry with the error; a second
-bad answer is no verdict, with the reason. The request and the answers stay in the payload store.
-"""
+"""`JudgeWorkflow`: a Claude judge's verdict on one commit of one task, as a child of the workflow
+that runs the task. prepare (a result-cache hit ends here) -> the model, through the implementer's
+plumbing (a Message Batch, or one direct call) -> the stored answer checked against `submit_review`
+(kept in the result cache, and as a lesson unless approve); a bad answer gets one retry."""
 
 from __future__ import annotations
 
@@ -33,7 +27,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from taskfleet.core.models.llm import REPLY_SUCCEEDED
     from taskfleet.core.models.payload import compact
-    from taskfleet.core.models.review import VERDICT_APPROVE, VERDICT_REJECT, VERDICT_REVISE, JudgeTally
+    from taskfleet.core.models.review import (
+        VERDICT_APPROVE,
+        VERDICT_REJECT,
+        VERDICT_REVISE,
+        JudgeTally,
+    )
     from taskfleet.core.names import (
         ACTIVITY_JUDGE_PREPARE,
         ACTIVITY_JUDGE_RECORD,
@@ -75,17 +74,18 @@ class JudgeWorkflow:
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> JudgeStatus:
-        return JudgeStatus(stage=self.stage, answers=self.answers, problem=self.problem, tally=self._tally())
+        return JudgeStatus(stage=self.stage, answers=self.answers, problem=self.problem,
+                           tally=self._tally())
 
     @workflow.run
     async def run(self, request: JudgeRequest) -> JudgeOutcome:
         task = judged_task(request)
-        self._title = f"**judge** of {task.id}, round {request.round}: commit `{request.commit[:12]}`"
+        self._title = (f"**judge** of {task.id}, round {request.round}: "
+                       f"commit `{request.commit[:12]}`")
         self._details()
         route = Route(batch=task.llm_batch, max_batch_size=task.llm_batch_max_size,
                       max_batch_age_seconds=task.llm_batch_max_age_seconds)
-        # A stored request prepares (and submits) in a local activity: no round trip, and the
-        # request's copy of the task input stays out of history.
+        # Stored: a local activity prepares and submits: no round trip, no task input in history.
         stored, name = request.stored, f"{task.id}-judge"
         submit = self.calls.submit_input(name, 1, route) if stored and route.batch else None
         run = workflow.execute_local_activity if stored else workflow.execute_activity
@@ -97,7 +97,8 @@ class JudgeWorkflow:
                 summary=f"{task.id}: the judge's request (diff, verify output, lessons)"[:100],
             )
         except ActivityError as err:
-            return self._done(error=f"the judge's request could not be made: {root_cause_message(err)}")
+            return self._done(
+                error=f"the judge's request could not be made: {root_cause_message(err)}")
         if prepared.cached is not None:
             self.tally.cache_hits = 1
             return self._done(review=prepared.cached, cache_hit=True)
@@ -110,7 +111,8 @@ class JudgeWorkflow:
                                          f"{task.id}: judge", prepared.submitted and attempt == 1)
             self.calls.account(reply, model)
             if reply.type != REPLY_SUCCEEDED:
-                return self._done(error=f"the judge's request failed: the API reported {reply.type}: {reply.error}")
+                return self._done(error="the judge's request failed: the API reported "
+                                        f"{reply.type}: {reply.error}")
             verdict = await self._verdict(request, prepared, reply)
             if verdict is None:
                 return self._done(error=f"the judge's answer could not be read: {self.problem}")
@@ -129,9 +131,8 @@ class JudgeWorkflow:
 
     async def _verdict(self, request: JudgeRequest, prepared: PreparedJudge,
                        reply: Any) -> Optional[JudgeVerdict]:
-        """The review in the answer, kept by an activity that reads the stored reply (a reply from
-        before the payload store is read here, and kept by `taskfleet_judge_record`); None: the
-        stored reply could not be read (`problem` says why)."""
+        """The answer's review, kept by an activity (an inline reply from before the store: read
+        here, kept by `taskfleet_judge_record`); None if the stored reply is unreadable."""
         task = judged_task(request)
         if reply.message_ref is None:
             tool = tool_call(reply.message, TOOL)
@@ -178,9 +179,10 @@ class JudgeWorkflow:
 
     def _details(self, outcome: str = "") -> None:
         u = self.calls.usage
-        lines = [self._title, "", f"- stage: {self.stage}" + (f" (answer {self.answers})" if self.answers else ""),
-                 f"- Claude: {u.requests} request(s), tokens in {u.input_tokens} out {u.output_tokens}, "
-                 f"est. ${u.cost_usd:.4f}"]
+        lines = [self._title, "",
+                 f"- stage: {self.stage}" + (f" (answer {self.answers})" if self.answers else ""),
+                 f"- Claude: {u.requests} request(s), tokens in {u.input_tokens} out "
+                 f"{u.output_tokens}, est. ${u.cost_usd:.4f}"]
         if self.problem:
             lines.append(f"- off the schema: {self.problem[:200]}")
         if outcome:
@@ -195,7 +197,8 @@ class JudgeWorkflow:
             tally.revised += review.verdict == VERDICT_REVISE
             tally.rejected += review.verdict == VERDICT_REJECT
         self.stage = "done"
-        self._details(f"verdict: {review.verdict}" + (" (from the result cache)" if cache_hit else "")
-                      if review is not None else f"no verdict: {error}")
+        self._details(
+            f"verdict: {review.verdict}" + (" (from the result cache)" if cache_hit else "")
+            if review is not None else f"no verdict: {error}")
         return compact(JudgeOutcome(review=review, error=error, source=JUDGE_BY_CLAUDE,
                                     cache_hit=cache_hit, tally=tally))

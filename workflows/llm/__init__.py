@@ -1,1 +1,1 @@
-"""The built-in Claude implementer: its batcher, a task as a child workflow, every role's model calls."""
+"""The Claude implementer: its batcher, a task as a child workflow, every role's model calls."""

@@ -1,15 +1,7 @@
 """`LLMBatchWorkflow`: one per namespace + task queue (id `taskfleet-llm-batch`); gathers the Claude
-requests of every LLM task and sends each flush as ONE Message Batch.
-
-An entity like `GitBatchWorkflow`: `submit` (signal) queues a request; a flush happens at the
-smallest `llm_batch_max_size` of what is queued, at the API's limits for one batch (requests and
-bytes, `TASKFLEET_LLM_BATCH_MAX_REQUESTS`, `TASKFLEET_LLM_BATCH_MAX_BYTES`) or
-`llm_batch_max_age_seconds` after the oldest request; each flush is one `messages.batches.create`;
-polling uses workflow timers (1 s doubling to 60 s by default), so a batch that takes hours costs no
-worker. When a batch ends, an activity reads its results (unordered) and signals each request's task
-by `custom_id`. A request's params stay in the payload store: this workflow holds its reference and
-its routing (custom_id -> task) only.
-"""
+requests of every LLM task and sends each flush as ONE Message Batch: at the smallest queued
+`llm_batch_max_size`, the API's limits or `llm_batch_max_age_seconds`. Polling on timers costs no
+worker; results are signalled to each task by `custom_id`; params stay in the payload store."""
 
 from __future__ import annotations
 
@@ -62,8 +54,7 @@ from taskfleet.workflows.long_lived import Inbox, continue_as_new_due, refuse, s
 RECENT_BATCHES = 20
 RECENT_REJECTIONS = 100
 RECENT_IDS = 5_000
-# Runs from before the payload store: their requests' params sat in the create's input, so a flush
-# was also cut at this size (the server's payload limit).
+# Runs from before the payload store also cut a flush at this size (the server's payload limit).
 FLUSH_BYTES = 1_500_000
 # Continue-as-new carries pending requests only below this much history (else they are sent first).
 CARRY_BYTES = 1_000_000
@@ -103,9 +94,8 @@ def _history_size(request: LLMRequest) -> int:
     return REF_BYTES if request.params_ref is not None else _size(request)
 
 
-# Worker Versioning: AUTO_UPGRADE. An entity that continues as new forever: pinned, it would hold its
-# first version and that version could never drain. Its state travels as data across
-# continue-as-new, and new commands are guarded with `workflow.patched` (workflows/compat.py).
+# Worker Versioning: AUTO_UPGRADE: pinned, an entity that continues as new forever would never let
+# its version drain; its state travels as data, new commands go behind `workflow.patched`.
 @workflow.defn(name=LLM_BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class LLMBatchWorkflow:
     @workflow.init
@@ -123,21 +113,19 @@ class LLMBatchWorkflow:
 
     @workflow.run
     async def run(self, config: Any = None, state: Optional[LLMBatchState] = None) -> None:
-        workflow.logger.info("LLM batcher run %d: %d pending, %d in flight", self.s.runs, len(self.s.pending),
-                             len(self.s.in_flight))
+        workflow.logger.info("LLM batcher run %d: %d pending, %d in flight", self.s.runs,
+                             len(self.s.pending), len(self.s.in_flight))
         self._api_limits = llm_batcher_cuts_at_api_limits()
         self._refresh_details()
         while True:
-            # The timeout is fixed when the wait starts: a new request may bring an earlier deadline,
-            # so `submit` sets `_wake` and the wait is recomputed.
+            # The timeout is fixed when the wait starts: `submit` sets `_wake` for an earlier one.
             self._wake = False
             timeout = self._until_next()
             self._wait_until = workflow.now() + timeout if timeout is not None else None
             try:
-                await workflow.wait_condition(
-                    lambda: self._wake or self._flush_due() or self._poll_due() or self._should_continue_as_new(),
-                    timeout=timeout,
-                )
+                await workflow.wait_condition(lambda: self._wake or self._flush_due()
+                                              or self._poll_due() or self._should_continue_as_new(),
+                                              timeout=timeout)
             except asyncio.TimeoutError:
                 pass
             # Pending requests too big to carry are flushed even then (see below).
@@ -154,17 +142,16 @@ class LLMBatchWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self.s.runs += 1
                 self.s.recent_ids = self.s.recent_ids[-RECENT_IDS:]
-                workflow.logger.info("continuing as new: %d pending, %d in flight", len(self.s.pending),
-                                     len(self.s.in_flight))
+                workflow.logger.info("continuing as new: %d pending, %d in flight",
+                                     len(self.s.pending), len(self.s.in_flight))
                 workflow.continue_as_new(args=[self.config, self.s])
 
     def _carryable(self) -> bool:
         return sum(map(_history_size, self.s.pending)) <= CARRY_BYTES
 
     def _continue_now(self) -> bool:
-        """Stop between two flushes or polls when continue-as-new is due, so a run stays within a few
-        events of the server's suggestion however many batches are due (runs recorded before this
-        finished the loop first)."""
+        """Stop between flushes or polls once continue-as-new is due: a run stays within a few
+        events of the server's suggestion (runs recorded before this finished the loop first)."""
         return self._should_continue_as_new() and llm_batcher_continues_between_steps()
 
     def _should_continue_as_new(self) -> bool:
@@ -179,8 +166,8 @@ class LLMBatchWorkflow:
     def _flush_deadline(self) -> Optional[datetime]:
         if not self.s.pending:
             return None
-        return min(datetime.fromisoformat(r.enqueued_at) + timedelta(seconds=r.max_batch_age_seconds)
-                   for r in self.s.pending)
+        return min(datetime.fromisoformat(r.enqueued_at)
+                   + timedelta(seconds=r.max_batch_age_seconds) for r in self.s.pending)
 
     def _limits(self) -> tuple[int, int]:
         """How many requests and bytes one batch takes: the API's limits (configurable), or for a
@@ -202,7 +189,8 @@ class LLMBatchWorkflow:
         return deadline is not None and deadline <= workflow.now()
 
     def _until_next(self) -> Optional[timedelta]:
-        moments = [datetime.fromisoformat(b.next_poll_at) for b in self.s.in_flight if b.batch_id and b.next_poll_at]
+        moments = [datetime.fromisoformat(b.next_poll_at)
+                   for b in self.s.in_flight if b.batch_id and b.next_poll_at]
         deadline = self._flush_deadline()
         if deadline is not None:
             moments.append(deadline)
@@ -266,7 +254,8 @@ class LLMBatchWorkflow:
             return
         batch.batch_id = out.batch_id
         batch.created_at = workflow.now().isoformat()
-        batch.next_poll_at = (workflow.now() + timedelta(seconds=batch.next_poll_seconds)).isoformat()
+        batch.next_poll_at = (
+            workflow.now() + timedelta(seconds=batch.next_poll_seconds)).isoformat()
         self.s.stats.batches_created += 1
         self.s.stats.batches_recovered += int(out.recovered)
         self._refresh_details()
@@ -303,14 +292,15 @@ class LLMBatchWorkflow:
         try:
             polled: PollBatchOutput = await workflow.execute_activity(
                 ACTIVITY_LLM_POLL_BATCH, batch.batch_id, result_type=PollBatchOutput,
-                start_to_close_timeout=timedelta(seconds=self.config.api_timeout_seconds), retry_policy=API_RETRY,
-                summary=f"messages.batches.retrieve {batch.batch_id}",
-            )
+                start_to_close_timeout=timedelta(seconds=self.config.api_timeout_seconds),
+                retry_policy=API_RETRY, summary=f"messages.batches.retrieve {batch.batch_id}")
         except ActivityError as err:
-            await self._failed_step(batch, f"polling {batch.batch_id} failed: {root_cause_message(err)}")
+            await self._failed_step(batch,
+                                    f"polling {batch.batch_id} failed: {root_cause_message(err)}")
             return
         batch.failures = 0
-        batch.processing_status, batch.request_counts = polled.processing_status, polled.request_counts
+        batch.processing_status, batch.request_counts = (polled.processing_status,
+                                                         polled.request_counts)
         if polled.processing_status != "ended":
             self._schedule_poll(batch)
             self._refresh_details()
@@ -318,7 +308,8 @@ class LLMBatchWorkflow:
         try:
             delivered: DeliverResultsOutput = await workflow.execute_activity(
                 ACTIVITY_LLM_DELIVER_RESULTS,
-                DeliverResultsInput(batch_id=batch.batch_id, custom_ids=batch.custom_ids, reply_to=batch.reply_to),
+                DeliverResultsInput(batch_id=batch.batch_id, custom_ids=batch.custom_ids,
+                                    reply_to=batch.reply_to),
                 result_type=DeliverResultsOutput,
                 start_to_close_timeout=timedelta(seconds=self.config.api_timeout_seconds * 5),
                 heartbeat_timeout=timedelta(seconds=self.config.api_timeout_seconds),
@@ -326,13 +317,14 @@ class LLMBatchWorkflow:
                 summary=f"results of {batch.batch_id}: {len(batch.custom_ids)} request(s)",
             )
         except ActivityError as err:
-            await self._failed_step(batch, f"reading results of {batch.batch_id} failed: {root_cause_message(err)}")
+            await self._failed_step(
+                batch, f"reading results of {batch.batch_id} failed: {root_cause_message(err)}")
             return
         self.s.stats.results_delivered += delivered.delivered
         self.s.stats.unknown_results += len(delivered.unknown)
         if delivered.unknown:
-            workflow.logger.warning("%s: dropped results for unknown custom_id(s) %s", batch.batch_id,
-                                    ", ".join(delivered.unknown[:10]))
+            workflow.logger.warning("%s: dropped results for unknown custom_id(s) %s",
+                                    batch.batch_id, ", ".join(delivered.unknown[:10]))
         batch.ended_at = workflow.now().isoformat()
         self._drop(batch, "")
 
@@ -349,7 +341,8 @@ class LLMBatchWorkflow:
 
     def _schedule_poll(self, batch: InFlightBatch) -> None:
         batch.next_poll_seconds = min(batch.next_poll_seconds * 2, self.config.poll_max_seconds)
-        batch.next_poll_at = (workflow.now() + timedelta(seconds=batch.next_poll_seconds)).isoformat()
+        batch.next_poll_at = (
+            workflow.now() + timedelta(seconds=batch.next_poll_seconds)).isoformat()
 
     def _drop(self, batch: InFlightBatch, error: str) -> None:
         if batch in self.s.in_flight:
@@ -373,7 +366,8 @@ class LLMBatchWorkflow:
                 return
             if self._inbox.knows(request.custom_id):
                 self.s.stats.duplicates += 1
-                workflow.logger.info("request %s already submitted; ignoring the repeat", request.custom_id)
+                workflow.logger.info("request %s already submitted; ignoring the repeat",
+                                     request.custom_id)
                 return
             self._inbox.remember(request.custom_id)
             request.enqueued_at = workflow.now().isoformat()
@@ -394,8 +388,9 @@ class LLMBatchWorkflow:
 
     def _reject(self, args: tuple[Any, ...], reason: str) -> None:
         self.s.stats.rejected += 1
-        self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, SIGNAL_SUBMIT, args, reason,
-                                 lambda _, what, why, at: RejectedSubmit(what=describe(what), reason=why, at=at), 300)
+        self.s.rejected = refuse(
+            self.s.rejected, RECENT_REJECTIONS, SIGNAL_SUBMIT, args, reason,
+            lambda _, what, why, at: RejectedSubmit(what=describe(what), reason=why, at=at), 300)
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> LLMBatchStatus:
@@ -407,15 +402,14 @@ class LLMBatchWorkflow:
 
     def _refresh_details(self) -> None:
         st = self.s.stats
-        lines = [
-            f"- pending: {len(self.s.pending)}" + (f" (creating {self._creating})" if self._creating else ""),
-            f"- in flight: {len(self.s.in_flight)} batch(es)",
-        ]
+        lines = [f"- pending: {len(self.s.pending)}"
+                 + (f" (creating {self._creating})" if self._creating else ""),
+                 f"- in flight: {len(self.s.in_flight)} batch(es)"]
         for b in self.s.in_flight[:5]:
             lines.append(f"  - `{b.batch_id or b.flush_id}`: {len(b.custom_ids)} request(s), "
                          f"{b.processing_status or 'creating'}, {b.polls} poll(s)")
         lines.append(f"- batches created: {st.batches_created} (recovered {st.batches_recovered}), "
                      f"requests: {st.submitted}, results delivered: {st.results_delivered}")
-        lines.append(f"- duplicates ignored: {st.duplicates}, rejected: {st.rejected}, unknown results: "
-                     f"{st.unknown_results}")
+        lines.append(f"- duplicates ignored: {st.duplicates}, rejected: {st.rejected}, unknown "
+                     f"results: {st.unknown_results}")
         show("**Claude requests → Message Batches**", lines)

@@ -1,12 +1,7 @@
-"""One workflow's Claude requests, the same way for every role (implementer, judge, planner).
-
-A request goes either as one direct `messages.create` (an activity) or into the task queue's
-`LLMBatchWorkflow`, whose answer arrives later as an `llm_reply` signal: the waiting is a
-`wait_condition` here, so it holds no worker slot and survives restarts. The workflow that owns a
-`ModelCalls` forwards its `llm_reply` signal to `receive`. Every reply is counted in `usage`.
-A `Conversation` holds the request by reference: its prepared part and every reply stay in the
-payload store, so history carries keys and the few small turns the workflow writes itself.
-"""
+"""One workflow's Claude requests, the same way for every role (implementer, judge, planner): one
+direct `messages.create`, or a request to `LLMBatchWorkflow`, whose `llm_reply` signal the owner
+forwards to `receive` (a `wait_condition`: no worker slot held). A `Conversation` holds the request
+by reference: its prepared part and replies stay in the payload store; `usage` counts replies."""
 
 from __future__ import annotations
 
@@ -37,10 +32,11 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.payload import PayloadRef, ref_of
     from taskfleet.core.names import ACTIVITY_LLM_CALL_DIRECT, ACTIVITY_LLM_SUBMIT
 
-QUICK = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-                    non_retryable_error_types=["BadTaskSetup", "TemplateError", "AnthropicNotConfigured"])
-API = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60), maximum_attempts=5,
-                  non_retryable_error_types=["AnthropicNotConfigured"])
+QUICK = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+                    maximum_attempts=5, non_retryable_error_types=["BadTaskSetup", "TemplateError",
+                                                                   "AnthropicNotConfigured"])
+API = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
+                  maximum_attempts=5, non_retryable_error_types=["AnthropicNotConfigured"])
 # A batch ends within 24 h (then its requests expire); past this, taskfleet stops waiting.
 REPLY_TIMEOUT = timedelta(hours=26)
 MAX_REPLIES = 1000  # replies kept (a workflow expects a handful; anything beyond is noise)
@@ -61,13 +57,15 @@ def reply_of(args: tuple) -> Optional[LLMReply]:
         raw = args[0] if len(args) == 1 else None
         if isinstance(raw, LLMReply):
             return raw
-        if isinstance(raw, dict) and isinstance(raw.get("custom_id"), str) and isinstance(raw.get("type"), str):
+        if (isinstance(raw, dict) and isinstance(raw.get("custom_id"), str)
+                and isinstance(raw.get("type"), str)):
             usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
             return LLMReply(
                 custom_id=raw["custom_id"], type=raw["type"],
                 message=raw.get("message") if isinstance(raw.get("message"), dict) else {},
                 error=str(raw.get("error", ""))[:2000], batch_id=str(raw.get("batch_id", ""))[:200],
-                usage=LLMUsage(**{k: int(usage.get(k) or 0) for k in LLMUsage.__dataclass_fields__}),
+                usage=LLMUsage(**{k: int(usage.get(k) or 0)
+                                  for k in LLMUsage.__dataclass_fields__}),
                 message_ref=ref_of(raw.get("message_ref")),
                 tool_id=str(raw.get("tool_id", ""))[:200],
                 tool_name=str(raw.get("tool_name", ""))[:200],
@@ -80,7 +78,8 @@ def reply_of(args: tuple) -> Optional[LLMReply]:
 def tool_call(message: dict, name: str) -> Optional[dict]:
     """The reply's `tool_use` block for the tool `name`, if the model called it."""
     for block in message.get("content") or []:
-        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") == name:
+        if (isinstance(block, dict) and block.get("type") == "tool_use"
+                and block.get("name") == name):
             return block
     return None
 
@@ -159,11 +158,11 @@ class ModelCalls:
             try:
                 return await workflow.execute_activity(
                     ACTIVITY_LLM_CALL_DIRECT, DirectCallInput(custom_id=custom_id, request=request),
-                    result_type=LLMReply, start_to_close_timeout=timedelta(minutes=10), retry_policy=API,
-                    summary=f"{label}: messages.create (attempt {attempt})"[:100],
-                )
+                    result_type=LLMReply, start_to_close_timeout=timedelta(minutes=10),
+                    retry_policy=API, summary=f"{label}: messages.create (attempt {attempt})"[:100])
             except ActivityError as err:
-                return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=root_cause_message(err))
+                return LLMReply(custom_id=custom_id, type=REPLY_FAILED,
+                                error=root_cause_message(err))
         reply = LLMReply(custom_id="", type=REPLY_FAILED, error="not sent")
         for resubmit in range(2):  # an expired request is resubmitted once
             submit = self.submit_input(name, attempt, route, request, resubmit)
@@ -176,19 +175,23 @@ class ModelCalls:
                         summary=f"{label}: submit to the Message Batch queue"[:100],
                     )
             except ActivityError as err:
-                return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=root_cause_message(err))
+                return LLMReply(custom_id=custom_id, type=REPLY_FAILED,
+                                error=root_cause_message(err))
             self.waiting_for = custom_id
             try:
-                await workflow.wait_condition(lambda: custom_id in self.replies, timeout=REPLY_TIMEOUT)
+                await workflow.wait_condition(lambda: custom_id in self.replies,
+                                              timeout=REPLY_TIMEOUT)
             except asyncio.TimeoutError:
-                return LLMReply(custom_id=custom_id, type=REPLY_FAILED, error=f"no result within {REPLY_TIMEOUT}")
+                return LLMReply(custom_id=custom_id, type=REPLY_FAILED,
+                                error=f"no result within {REPLY_TIMEOUT}")
             finally:
                 self.waiting_for = ""
             reply = self.replies[custom_id]
             if reply.type != REPLY_EXPIRED or resubmit:
                 return reply
             self.account(reply, model)
-            workflow.logger.info("%s expired in batch %s; resubmitting once", custom_id, reply.batch_id)
+            workflow.logger.info("%s expired in batch %s; resubmitting once", custom_id,
+                                 reply.batch_id)
         return reply
 
     def account(self, reply: LLMReply, model: str) -> None:
@@ -202,9 +205,11 @@ class ModelCalls:
         u.input_tokens += usage.input_tokens + usage.cache_creation_tokens
         u.output_tokens += usage.output_tokens
         u.cache_read_tokens += usage.cache_read_tokens
-        u.cost_usd = round(u.cost_usd + estimate_cost(model, usage, batched=bool(reply.batch_id)), 6)
+        u.cost_usd = round(
+            u.cost_usd + estimate_cost(model, usage, batched=bool(reply.batch_id)), 6)
 
 
 def assistant_turn(message: dict) -> dict[str, Any]:
-    """The model's reply as the assistant turn of the conversation (never empty: the API refuses that)."""
-    return {"role": "assistant", "content": message.get("content") or [{"type": "text", "text": "-"}]}
+    """The reply as the conversation's assistant turn (never empty: the API refuses that)."""
+    return {"role": "assistant",
+            "content": message.get("content") or [{"type": "text", "text": "-"}]}

@@ -10,7 +10,12 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.boards import ANTHROPIC
     from taskfleet.core.llm_ids import llm_task_workflow_id
     from taskfleet.core.models.llm import LLMTaskInput
-    from taskfleet.core.models.orchestrator import OrchestratorState, TaskInput, TaskOutcome, TaskResult
+    from taskfleet.core.models.orchestrator import (
+        OrchestratorState,
+        TaskInput,
+        TaskOutcome,
+        TaskResult,
+    )
     from taskfleet.core.models.payload import compact
     from taskfleet.core.names import LLM_TASK_WORKFLOW
 
@@ -24,7 +29,8 @@ async def run_llm_task(task_input: TaskInput, summary: str) -> TaskResult:
         compact(LLMTaskInput(task_input=task_input, stored=True)),
         # A re-run after the merge queue sent the change back is a task workflow of its own.
         id=llm_task_workflow_id(workflow.info().workflow_id, task_input.task.id)
-        + (f"/queue-{task_input.queue.attempt}" if task_input.queue is not None and task_input.queue.attempt else ""),
+        + (f"/queue-{task_input.queue.attempt}"
+           if task_input.queue is not None and task_input.queue.attempt else ""),
         result_type=TaskResult,
         cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
         static_summary=summary,

@@ -1,13 +1,7 @@
-"""`LLMTaskWorkflow`: one `implementer = "anthropic"` task of an orchestrator run, as a child workflow.
-
-prepare request -> model (a Message Batch via `LLMBatchWorkflow`, or one direct call) -> apply edits,
-verify, commit -> the judge, if the task has one -> land -> a fix round on failure, or a revise round
-with the judge's comments in the conversation. The request, the replies and the edits stay in the
-payload store: this workflow's history holds their references. Waiting for a batch (minutes to
-hours) is a `wait_condition` on a signal here: no activity slot, no worker thread and no worktree
-is held, and the wait survives worker restarts. It returns the same `TaskResult` as
-`taskfleet_run_task`, so the orchestrator lands and counts both kinds of task the same way.
-"""
+"""`LLMTaskWorkflow`: one `implementer = "anthropic"` task of an orchestrator run, as a child.
+prepare -> model (a Message Batch or a direct call) -> apply, verify, commit -> judge, if any ->
+land; a fix or revise round on failure. Payloads stay in the payload store; waiting for a batch is a
+`wait_condition` (no slot, thread or worktree held). Returns `taskfleet_run_task`'s `TaskResult`."""
 
 from __future__ import annotations
 
@@ -31,7 +25,12 @@ with workflow.unsafe.imports_passed_through():
         LLMTaskInput,
         PreparedRequest,
     )
-    from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
+    from taskfleet.core.models.orchestrator import (
+        TASK_FAILED,
+        TASK_SUCCEEDED,
+        TaskInput,
+        TaskResult,
+    )
     from taskfleet.core.models.payload import compact
     from taskfleet.core.models.review import (
         STAGE_IMPLEMENTING,
@@ -79,8 +78,7 @@ class Kept:
     summary: str
 
 
-# Worker Versioning: PINNED, like the orchestrator that starts it: one task's steps (prepare,
-# wait for the model, apply) run on the code version they started on.
+# Worker Versioning: PINNED, like its orchestrator: a task's steps run on the version they began on.
 @workflow.defn(name=LLM_TASK_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class LLMTaskWorkflow:
     def __init__(self) -> None:
@@ -134,15 +132,16 @@ class LLMTaskWorkflow:
                 reply = await self._ask(params, talk, attempt, prepared.submitted and attempt == 1)
                 self._account(reply)
                 if reply.type != REPLY_SUCCEEDED:
-                    last = self._failed(f"attempt {attempt}: the API reported {reply.type}: {reply.error}",
-                                        f"llm_{reply.type}")
+                    last = self._failed(f"attempt {attempt}: the API reported {reply.type}: "
+                                        f"{reply.error}", f"llm_{reply.type}")
                     await self._record(task_input, last)
                     continue
                 tool_id = called(reply, TOOL)
                 # A reply from before the payload store holds the edits itself.
                 inline = tool_call(reply.message, TOOL) if reply.message else None
                 if tool_id is None or (inline and not isinstance(inline.get("input"), dict)):
-                    last = self._failed(f"attempt {attempt}: the model did not call apply_edits", "llm_no_tool")
+                    last = self._failed(f"attempt {attempt}: the model did not call apply_edits",
+                                        "llm_no_tool")
                     await self._record(task_input, last)
                     talk.add_reply(reply)
                     talk.add_user({"type": "text", "text": "Call apply_edits with the edits."})
@@ -162,9 +161,9 @@ class LLMTaskWorkflow:
                     task=self.task_ref, hold_landing=judged, report_stages=self._stages)),
                 result_type=TaskResult,
                 start_to_close_timeout=timedelta(seconds=2 * task.timeout_seconds + 120),
-                heartbeat_timeout=APPLY_HEARTBEAT,
-                retry_policy=QUICK,
-                summary=(f"{task.id}: apply edits, verify, commit" + ("" if judged else ", land"))[:100],
+                heartbeat_timeout=APPLY_HEARTBEAT, retry_policy=QUICK,
+                summary=(f"{task.id}: apply edits, verify, commit"
+                         + ("" if judged else ", land"))[:100],
             )
             applied.prompt_hash = prepared.prompt_hash
             if applied.status == TASK_SUCCEEDED and judged:
@@ -173,14 +172,15 @@ class LLMTaskWorkflow:
                 if feedback is None:  # approved and landed, or the task failed for good
                     return self._merged(applied)
                 if from_cache:
-                    from_cache = False  # the stored edits no longer pass the judge: ask the model after all
+                    from_cache = False  # the cached edits fail the judge: ask the model
                     last = applied
                     continue
                 last = applied
                 if attempt >= task.max_attempts:
                     applied.status, applied.failure_type = TASK_FAILED, "judge_revise"
-                    applied.reason = (f"the judge still asks for changes after {attempt} attempt(s) "
-                                      f"(max_attempts {task.max_attempts}): {reasons_line(self._last_review)}")
+                    applied.reason = (
+                        f"the judge still asks for changes after {attempt} attempt(s) "
+                        f"(max_attempts {task.max_attempts}): {reasons_line(self._last_review)}")
                     break
                 # Revise round: the judge's review as the result of the model's last edits.
                 assert reply is not None
@@ -196,10 +196,11 @@ class LLMTaskWorkflow:
             applied.reason = f"attempt {attempt}: {applied.reason}"
             last = applied
             if reply is not None and attempt < task.max_attempts:
-                # Fix round: the conversation so far, and why the edits failed, as an error tool result.
+                # Fix round: why the edits failed, as an error tool result.
                 feedback = applied.reason
                 if applied.output_tail:
-                    feedback += f"\n\nOutput of the verify command (tail):\n{applied.output_tail[-TOOL_RESULT_TAIL:]}"
+                    feedback += ("\n\nOutput of the verify command (tail):\n"
+                                 f"{applied.output_tail[-TOOL_RESULT_TAIL:]}")
                 talk.add_reply(reply)
                 talk.tool_result(tool_id, feedback)
         return self._merged(last)
@@ -226,17 +227,17 @@ class LLMTaskWorkflow:
         add_judging(self.judging, outcome)
         review = outcome.review
         if review is None:
-            applied.status, applied.failure_type, applied.reason = TASK_FAILED, "judge_failed", f"judge: {outcome.error}"
+            applied.status, applied.failure_type, applied.reason = (
+                TASK_FAILED, "judge_failed", f"judge: {outcome.error}")
             return None
         self.verdict, self._last_review = review.verdict, review
         if review.verdict == VERDICT_APPROVE:
-            # A stored run lands in a local activity: this workflow is done a moment later, and
-            # the orchestrator then shows the task waiting to land, so no `landing` stage is sent.
+            # Stored: lands locally, ends at once and shows as waiting to land: no `landing` stage.
             if not self.stored:
                 await self._stage(task_input, STAGE_LANDING)
             inline = kept.cache_key if kept.answer is None else ""  # else the judge kept them
-            landing = LandInput(task_input=task_input, commit=applied.commit, edits_cache_key=inline,
-                                edits=kept.edits, summary=kept.summary)
+            landing = LandInput(task_input=task_input, commit=applied.commit,
+                                edits_cache_key=inline, edits=kept.edits, summary=kept.summary)
             applied.landing_op_id = await land(landing, local=self.stored)
             return None
         if review.verdict == VERDICT_REJECT:
@@ -245,8 +246,8 @@ class LLMTaskWorkflow:
             return None
         self.reviewed_commit = applied.commit
         await self._stage(task_input, STAGE_JUDGING)  # carries the verdict
-        return ("Your edits passed verification, but the judge asks for changes. Send corrected edits "
-                f"(they apply to the original base again):\n{review_text(review)}")
+        return ("Your edits passed verification, but the judge asks for changes. Send corrected "
+                f"edits (they apply to the original base again):\n{review_text(review)}")
 
     async def _stage(self, task_input: TaskInput, stage: str) -> None:
         if self._stages:
@@ -279,14 +280,17 @@ class LLMTaskWorkflow:
         self.calls.account(reply, self.model)
 
     def _failed(self, reason: str, failure_type: str) -> TaskResult:
-        return TaskResult(id=self.result.id, status=TASK_FAILED, reason=reason, failure_type=failure_type)
+        return TaskResult(id=self.result.id, status=TASK_FAILED, reason=reason,
+                          failure_type=failure_type)
 
     async def _record(self, task_input: Any, failed: TaskResult) -> None:
         try:
             await workflow.execute_activity(
                 ACTIVITY_LLM_RECORD_FAILURE,
-                FailureInput(task_input=task_input, failure_type=failed.failure_type, reason=failed.reason),
-                start_to_close_timeout=timedelta(minutes=1), retry_policy=RetryPolicy(maximum_attempts=3),
+                FailureInput(task_input=task_input, failure_type=failed.failure_type,
+                             reason=failed.reason),
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=RetryPolicy(maximum_attempts=3),
             )
         except ActivityError as err:
             workflow.logger.warning("could not record a lesson: %s", root_cause_message(err))
@@ -295,14 +299,16 @@ class LLMTaskWorkflow:
         """The attempt's result, with the accounting of every call this task made (compact: the
         orchestrator's `TaskResult` fills in what is left at its default)."""
         u = self.calls.usage
-        outcome.llm_direct_calls, outcome.llm_batch_ids, outcome.llm_requests = u.direct_calls, list(u.batch_ids), u.requests
+        outcome.llm_direct_calls, outcome.llm_batch_ids, outcome.llm_requests = (
+            u.direct_calls, list(u.batch_ids), u.requests)
         outcome.llm_input_tokens, outcome.llm_output_tokens = u.input_tokens, u.output_tokens
         outcome.llm_cache_read_tokens, outcome.llm_cost_usd = u.cache_read_tokens, u.cost_usd
         if self.rounds:
             with_judging(outcome, self.judging, self.verdict, self.by_claude)
         if self.stored:
             outcome.output_tail = ""  # the log holds it (`log_path`); the orchestrator reads none
-            for name in ("seconds", "exec_seconds", "verify_seconds", "setup_seconds", "wait_seconds"):
+            for name in ("seconds", "exec_seconds", "verify_seconds", "setup_seconds",
+                         "wait_seconds"):
                 setattr(outcome, name, round(getattr(outcome, name), 3))
         return compact(outcome)
 

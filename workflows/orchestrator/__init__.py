@@ -1,9 +1,7 @@
-"""`OrchestratorWorkflow`: run a board's open tasks in parallel, at most `max_parallel` at once.
-
-The definition (run loop, messages, cancellation) over its parts: `run.py` (the state every part
-shares), `checks.py` (what a board must pass first), `window.py` (the sliding window, a task's
-result, continue-as-new), `landings.py` (push, merge or queue), `recorder.py` and `views.py`.
-"""
+"""`OrchestratorWorkflow`: run a board's open tasks in parallel, at most `max_parallel` at once. The
+definition (run loop, messages, cancellation) over its parts: `run.py` (shared state), `checks.py`,
+`window.py` (the sliding window, results, continue-as-new), `landings.py` (push, merge or queue),
+`recorder.py` and `views.py`."""
 
 from __future__ import annotations
 
@@ -44,11 +42,10 @@ with workflow.unsafe.imports_passed_through():
 __all__ = ["OrchestratorWorkflow", "TASK_RETRY"]
 
 
-# Unsandboxed, measured: SDK 1.35 asks a sandboxed workflow for every payload's serialization
-# context by running code inside the sandbox (~0.7 ms of the event loop per task). Its modules import
-# only workflow APIs and pure models, and tests/test_replay.py replays it inside the sandbox too.
-# PINNED: a board runs for hours on the version it started on; the old version drains as boards end.
-@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False, versioning_behavior=VersioningBehavior.PINNED)
+# Unsandboxed: the sandbox made every payload cost event-loop time; it imports only workflow APIs
+# and pure models, and tests replay it sandboxed. PINNED: a board stays on the version it began on.
+@workflow.defn(name=ORCHESTRATOR_WORKFLOW, sandboxed=False,
+               versioning_behavior=VersioningBehavior.PINNED)
 class OrchestratorWorkflow:
     @workflow.init
     def __init__(self, params: OrchestratorInput) -> None:
@@ -71,8 +68,9 @@ class OrchestratorWorkflow:
             s.run_key = compat.unkeyed_run_key()
         s.stats.largest_history_length = max(s.stats.largest_history_length,
                                              workflow.info().get_current_history_length())
-        workflow.logger.info("board %s: %d pending of %d, max_parallel %d (run %d)", params.board.name,
-                             len(s.pending), len(s.outcomes), run.max_parallel, s.stats.runs)
+        workflow.logger.info("board %s: %d pending of %d, max_parallel %d (run %d)",
+                             params.board.name, len(s.pending), len(s.outcomes),
+                             run.max_parallel, s.stats.runs)
         try:
             while True:
                 await self.window.dispatch()
@@ -97,7 +95,8 @@ class OrchestratorWorkflow:
             else:  # the tasks are in the clone: each page is validated as it is loaded
                 check_board_settings(params.board, "OrchestratorWorkflow input")
         except BoardError as err:
-            raise ApplicationError(f"board refused: {err}", type="BoardError", non_retryable=True) from None
+            raise ApplicationError(f"board refused: {err}", type="BoardError",
+                                   non_retryable=True) from None
         if not params.repo.startswith("/"):
             raise ApplicationError(f"repo {params.repo!r} must be an absolute path on the worker",
                                    non_retryable=True)
@@ -106,14 +105,14 @@ class OrchestratorWorkflow:
             await resolve_base(params)
         if not self.s.run_key:
             info = workflow.info()
-            # Keyed by the first run id: a later run with the same workflow id (`run --id X` again)
-            # never resumes this run's commits nor repeats its landing op ids.
+            # By first run id: a rerun under this id never reuses its commits or landing op ids.
             self.s.run_key = compat.run_key(f"{info.workflow_id}@{info.first_execution_run_id}")
         if params.board_ref is not None or compat.board_in_pages():
             await self.window.start_paging()  # branches are claimed a page at a time
         elif compat.branches_claimed_up_front():
             tasks = self.state.tasks
-            await claim_branches(params, [tasks[t].branch for t in self.s.pending if tasks[t].worktree])
+            await claim_branches(params,
+                                 [tasks[t].branch for t in self.s.pending if tasks[t].worktree])
 
     async def _cancel_everything(self) -> None:
         """Cancel running tasks and wait until each has cleaned up (killed its processes, removed

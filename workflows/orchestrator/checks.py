@@ -1,11 +1,7 @@
-"""What a board must pass before the orchestrator runs any of its tasks, and the claims on its branches.
-
-A board refused here fails the run at once with a `BoardError`, `EnvNotAllowed` or `BranchesHeld`
-(non-retryable), before any task has started: its base on the remote, the worker variables its
-tasks ask for, the task branches no other running run holds, and (a board started with its tasks
-inline) storing it in the clone. Each is one activity; these functions only take the run's input,
-so the workflow (workflows/orchestrator.py) decides when each is called.
-"""
+"""What a board must pass before the orchestrator runs any of its tasks, each one activity: its base
+on the remote, the worker variables its tasks ask for, branches no other running run holds, and (an
+inline board) storing it in the clone. A refusal fails the run at once, non-retryable (`BoardError`,
+`EnvNotAllowed`, `BranchesHeld`)."""
 
 from __future__ import annotations
 
@@ -21,7 +17,12 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.errors import cause_message, root_cause_message
     from taskfleet.core.models.board_store import REASON_MAX_CHARS, StoreBoardInput
     from taskfleet.core.models.merge_queue import DefaultBranchInput
-    from taskfleet.core.models.orchestrator import BranchClaim, OrchestratorInput, TaskEnvCheck, TaskSpec
+    from taskfleet.core.models.orchestrator import (
+        BranchClaim,
+        OrchestratorInput,
+        TaskEnvCheck,
+        TaskSpec,
+    )
     from taskfleet.core.models.paging import BoardReference
     from taskfleet.core.names import (
         ACTIVITY_CHECK_TASK_ENV,
@@ -34,9 +35,9 @@ from taskfleet.workflows import compat
 
 CLAIM_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BranchesHeld"])
 ENV_CHECK_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["EnvNotAllowed"])
-# The board store and the run store are the clone: a lock or a busy disk clears, so retry them
-# without a limit (outcomes are never dropped); a board that is not there never appears.
-STORE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30), non_retryable_error_types=["BoardStoreError"])
+# The stores are the clone, whose locks clear: no attempt limit; a missing board stays missing.
+STORE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30),
+                          non_retryable_error_types=["BoardStoreError"])
 # A board started by hand with inline JSON: up to this much (its tasks then move to the clone).
 INLINE_BOARD_MAX_BYTES = 256 * 1024
 
@@ -51,9 +52,8 @@ async def resolve_base(params: OrchestratorInput) -> None:
     try:
         board.base = await workflow.execute_activity(
             ACTIVITY_DEFAULT_BRANCH, DefaultBranchInput(repo=params.repo, remote=params.remote),
-            result_type=str, start_to_close_timeout=timedelta(seconds=120), retry_policy=CLAIM_RETRY,
-            summary=f"default branch of {params.remote}",
-        )
+            result_type=str, start_to_close_timeout=timedelta(seconds=120),
+            retry_policy=CLAIM_RETRY, summary=f"default branch of {params.remote}")
     except ActivityError as err:
         raise ApplicationError(f"board refused: {root_cause_message(err)}", type="BoardError",
                                non_retryable=True) from None
@@ -105,7 +105,8 @@ async def claim_branches(params: OrchestratorInput, branches: list[str]) -> None
         ) from None
 
 
-async def claim_page(params: OrchestratorInput, tasks: list[TaskSpec], first: bool) -> dict[str, str]:
+async def claim_page(params: OrchestratorInput, tasks: list[TaskSpec],
+                     first: bool) -> dict[str, str]:
     """Claim a page's task branches (see `claim_branches`); the branches another run holds,
     with the reason. On the first page that refuses the board, as an inline board is refused."""
     if not tasks:
@@ -116,7 +117,8 @@ async def claim_page(params: OrchestratorInput, tasks: list[TaskSpec], first: bo
     except ActivityError as err:
         reason = root_cause_message(err)
         if first:
-            raise ApplicationError(f"board refused: {reason}", type="BranchesHeld", non_retryable=True) from None
+            raise ApplicationError(f"board refused: {reason}", type="BranchesHeld",
+                                   non_retryable=True) from None
         return {branch: reason[:REASON_MAX_CHARS] for branch in branches}
     return {}
 
@@ -127,11 +129,10 @@ async def store_inline_board(params: OrchestratorInput) -> BoardReference:
     size = len(json.dumps(asdict(params.board)))
     if size > INLINE_BOARD_MAX_BYTES:
         raise ApplicationError(
-            f"board refused: an inline board may be at most {INLINE_BOARD_MAX_BYTES // 1024} KB of JSON, "
-            f"this one is {size // 1024} KB; store it in the clone and start with its reference "
-            f"(`taskfleet run` does; taskfleet.clients.board_store.store_board)",
-            type="BoardError", non_retryable=True,
-        )
+            f"board refused: an inline board may be at most {INLINE_BOARD_MAX_BYTES // 1024} KB of "
+            f"JSON, this one is {size // 1024} KB; store it in the clone and start with its "
+            "reference (`taskfleet run` does; taskfleet.clients.board_store.store_board)",
+            type="BoardError", non_retryable=True)
     try:
         return await workflow.execute_activity(
             ACTIVITY_STORE_BOARD, StoreBoardInput(repo=params.repo, board=params.board),

@@ -1,11 +1,7 @@
-"""How a run's tasks land, behind one interface: `push` and `merge` through the clone's git batcher,
-`queue` through the target's merge queue, which may send a task back to be redone.
-
-A task that succeeded sent a landing op (or queue entry); the run waits for its outcome by id and
-counts it landed only at the task's own commit. An outcome may arrive before the task's result and
-is kept for it. Once every task has finished, the run asks for a flush and waits, bounded by a time
-without news, for the outcomes still missing.
-"""
+"""How a run's tasks land, behind one interface: `push` and `merge` through the clone's git
+batcher, `queue` through the target's merge queue, which may send a task back to be redone. A task
+lands only at its own commit; an outcome that comes before the task's result is kept for it; at
+the end the run asks for a flush and waits, bounded by a time without news."""
 
 from __future__ import annotations
 
@@ -43,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
 QUEUE = "queue"
 CANCEL_LANDING_WAIT = timedelta(seconds=60)  # after a cancel: ops already sent land anyway
 RECENT_PUSHES = 64  # landed batch ids a paged run remembers (to count a push once)
-QUEUE_QUIET_SECONDS = 1800.0  # land = "queue": the least time without news before landing times out
+QUEUE_QUIET_SECONDS = 1800.0  # land = "queue": the least quiet time before landing times out
 FEEDBACK_CHARS = 6000  # the queue's reason and verify output tail, as the re-run gets it
 RECENT_SEEN = 256  # the queue's batch ids remembered, so each verify run and split counts once
 
@@ -106,10 +102,10 @@ class Landings:
             if outcome.op_id in self.s.awaiting_landing:
                 self._apply(outcome.op_id, outcome, message.batch_id)
                 continue
-            # Reported before run_task returned: kept for the task's result, only for an op id this
-            # run sends for a task that is running now.
+            # Reported before run_task returned: kept if it is this run's op for a running task.
             task_id = task_of_landing_op(self.s.run_key, outcome.op_id)
-            if task_id in self.run.running and outcome.op_id == landing_op_id(self.s.run_key, task_id):
+            if (task_id in self.run.running
+                    and outcome.op_id == landing_op_id(self.s.run_key, task_id)):
                 self._early[outcome.op_id] = (outcome, message.batch_id)
 
     def receive_queue(self, message: QueueOutcomes) -> None:
@@ -133,8 +129,7 @@ class Landings:
         if outcome.status == OUTCOME_FAILED:
             landed, task.reason = False, f"did not land: {outcome.reason}"
         elif landed_commit(outcome) != expected:
-            # Not this task's commit on the branch (another client's op with our id, a moved
-            # branch): not landed, and keep waiting for the real outcome until the land timeout.
+            # Not this task's commit (another client's op, a moved branch): keep waiting.
             task.reason = (f"did not land: {outcome.branch} landed at "
                            f"{landed_commit(outcome)[:12] or 'an unknown commit'}, "
                            f"not the task's commit {expected[:12]}")
@@ -191,11 +186,12 @@ class Landings:
         tried = self.s.queue_retries.get(task_id)
         attempt = (tried.attempt if tried else 0) + 1
         if attempt <= self.run.params.board.queue_retries:
-            # Back to its implementer, on the tip the queue judged it on; before anything not yet started.
+            # Back to its implementer, on the tip the queue judged; ahead of tasks not yet started.
             self.s.stats.queue_resubmits += 1
-            self.s.queue_retries[task_id] = QueueRetry(attempt=attempt, feedback=reason[:FEEDBACK_CHARS],
-                                                       start_commit=outcome.commit)
-            self.run.set_status(task, TASK_PENDING, f"sent back by the merge queue ({outcome.status}); redoing it")
+            self.s.queue_retries[task_id] = QueueRetry(
+                attempt=attempt, feedback=reason[:FEEDBACK_CHARS], start_commit=outcome.commit)
+            self.run.set_status(task, TASK_PENDING,
+                                f"sent back by the merge queue ({outcome.status}); redoing it")
             self.s.pending.insert(0, task_id)
             self.s.flush_sent = False
             workflow.logger.info("task %s: %s by the merge queue; redoing it (attempt %d)", task_id,
@@ -204,10 +200,10 @@ class Landings:
         self.s.queue_retries.pop(task_id, None)
         tries = f" after {attempt} attempt(s)" if attempt > 1 else ""
         said = telling_line(outcome.output_tail)
-        # A task's reason is kept short (a run store keeps 300 characters): the queue's reason and the
-        # output line that says most; the whole tail is in the queue's outcome and the lesson.
-        self.run.set_status(task, TASK_FAILED, f"the merge queue answered {outcome.status}{tries}: "
-                                               f"{outcome.reason[:160]}" + (f" -- {said[:110]}" if said else ""))
+        # Short: a run store keeps 300 chars; the queue's outcome and lesson hold the whole tail.
+        self.run.set_status(task, TASK_FAILED,
+                            f"the merge queue answered {outcome.status}{tries}: "
+                            f"{outcome.reason[:160]}" + (f" -- {said[:110]}" if said else ""))
         self.run.after_task(task_id)
 
     def _count_queue_costs(self, outcome: EntryOutcome) -> None:
@@ -238,8 +234,7 @@ class Landings:
 
     def forget_old_pushes(self) -> None:
         if self.run.paged and len(self.s.landed_batches) > RECENT_PUSHES:
-            # Counted, then forgotten: landings of one batch arrive together, so the last few ids
-            # are enough to count each push once.
+            # A batch's landings arrive together: the last few ids suffice to count each push once.
             del self.s.landed_batches[0]
             self.s.paging.pushes_forgotten += 1
 
@@ -273,9 +268,9 @@ class Landings:
             news = self._news
             try:
                 await workflow.wait_condition(
-                    lambda: not self.s.awaiting_landing or bool(self.s.pending), timeout=timedelta(seconds=timeout),
-                    timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s",
-                )
+                    lambda: not self.s.awaiting_landing or bool(self.s.pending),
+                    timeout=timedelta(seconds=timeout),
+                    timeout_summary=f"land timeout: give up waiting for pushes after {timeout:g}s")
             except asyncio.TimeoutError:
                 if self._news != news:
                     continue  # the merge queue is still answering: wait on
@@ -293,11 +288,12 @@ class Landings:
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def await_after_cancel(self) -> None:
-        """Ops already sent land anyway (a push may be in flight): wait, bounded, for their outcomes,
-        so that what the run reports as landed is what the remote holds."""
+        """Ops already sent land anyway (a push may be in flight): wait, bounded, for their
+        outcomes, so that what the run reports as landed is what the remote holds."""
         await self.ask_to_flush()
         try:
-            await workflow.wait_condition(lambda: not self.s.awaiting_landing, timeout=CANCEL_LANDING_WAIT,
+            await workflow.wait_condition(lambda: not self.s.awaiting_landing,
+                                          timeout=CANCEL_LANDING_WAIT,
                                           timeout_summary="cancelled: wait for pushes already sent")
         except asyncio.TimeoutError:
             for task_id in self.s.awaiting_landing.values():
@@ -305,9 +301,8 @@ class Landings:
 
 
 class QueueLandings(Landings):
-    """`land = "queue"`: each task's branch goes to the target's merge queue, which answers with
-    `queue_outcomes`; a task it sends back is redone, up to the board's `queue_retries`, from the
-    tip it was judged on and under its own run key (`<run key>#queue-N`)."""
+    """`land = "queue"`: each task's branch goes to the target's merge queue; one sent back is
+    redone (up to `queue_retries`) from the tip it was judged on, as `<run key>#queue-N`."""
 
     queued = True
 
@@ -325,17 +320,20 @@ class QueueLandings(Landings):
 
     def workflow_id(self) -> str:
         params = self.run.params
-        return merge_queue_workflow_id(params.repo, params.remote, self.target(), self.run.task_queue)
+        return merge_queue_workflow_id(params.repo, params.remote, self.target(),
+                                       self.run.task_queue)
 
     def task_input(self, task_input: TaskInput) -> TaskInput:
         """A re-run starts from where the queue sent it back, its cached result bypassed."""
         board = self.run.params.board
         retry: Optional[QueueRetry] = self.s.queue_retries.get(task_input.task.id)
-        landing = QueueLanding(target=self.target(), verify=board.queue_verify, max_batch=board.queue_max_batch,
+        landing = QueueLanding(target=self.target(), verify=board.queue_verify,
+                               max_batch=board.queue_max_batch,
                                max_wait_seconds=board.queue_max_wait_seconds)
         if retry is None:
             return replace(task_input, queue=landing)
-        landing.attempt, landing.feedback, landing.start_commit = retry.attempt, retry.feedback, retry.start_commit
+        landing.attempt, landing.feedback, landing.start_commit = (
+            retry.attempt, retry.feedback, retry.start_commit)
         return replace(task_input, task=replace(task_input.task, refresh=True), queue=landing,
                        run_key=queue_run_key(task_input.run_key, retry.attempt))
 
@@ -345,8 +343,9 @@ class QueueLandings(Landings):
 
     def details(self) -> str:
         s = self.s.stats
-        return (f"- merge queue `{self.target()}`: {s.queue_landed} landed, {s.queue_rejected} rejected, "
-                f"{s.queue_conflicts} conflict(s), {s.queue_resubmits} sent back and redone\n")
+        return (f"- merge queue `{self.target()}`: {s.queue_landed} landed, "
+                f"{s.queue_rejected} rejected, {s.queue_conflicts} conflict(s), "
+                f"{s.queue_resubmits} sent back and redone\n")
 
 
 def queue_reason(outcome: EntryOutcome) -> str:
@@ -358,8 +357,9 @@ def queue_reason(outcome: EntryOutcome) -> str:
 
 def telling_line(output: str) -> str:
     """The line of a command's output that says most about a failure: the last one naming an
-    exception (`ImportError: ...`), else an `error:`, else a failure, else the last non-empty one."""
-    lines = [line.strip() for line in output.splitlines() if line.strip() and not set(line.strip()) <= set("=-_*")]
+    exception (`ImportError: ...`), else an `error:`, else a failure, else the last one."""
+    lines = [line.strip() for line in output.splitlines()
+             if line.strip() and not set(line.strip()) <= set("=-_*")]
     for words in (("Error:", "Exception:"), ("error:", "Error"), ("FAIL", "failed")):
         for line in reversed(lines):
             if any(word in line for word in words):

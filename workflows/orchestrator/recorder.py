@@ -1,8 +1,6 @@
-"""A paged run's final outcomes out to the run store (in the clone), a batch per append.
-
-A run keeps no finished outcome in its state (it would grow with the board); the window waits while
-the backlog is large, and the run flushes before it continues as new or returns.
-"""
+"""A paged run's final outcomes out to the run store (in the clone), a batch per append: a run keeps
+no finished outcome in its state (it would grow with the board); the window waits while the backlog
+is large, and the run flushes before it continues as new or returns."""
 
 from __future__ import annotations
 
@@ -24,7 +22,12 @@ with workflow.unsafe.imports_passed_through():
         ReadOutcomesRequest,
         RecordedBatch,
     )
-    from taskfleet.core.models.orchestrator import TASK_SUCCEEDED, OrchestratorState, TaskOutcome, TaskProgress
+    from taskfleet.core.models.orchestrator import (
+        TASK_SUCCEEDED,
+        OrchestratorState,
+        TaskOutcome,
+        TaskProgress,
+    )
     from taskfleet.core.models.paging import FAILED_IDS_CAP
     from taskfleet.core.names import (
         ACTIVITY_READ_OUTCOMES,
@@ -45,14 +48,14 @@ def _cost(outcome: TaskOutcome) -> int:
 
 
 class OutcomeRecorder:
-    """Final outcomes not yet in the run store, the append in flight, and the few kept for `progress`
-    and (a small run that never continued as new) for the result."""
+    """Final outcomes not yet in the run store, the append in flight, and the few kept for
+    `progress` and (a small run that never continued as new) for the result."""
 
     def __init__(self, repo: str, state: OrchestratorState) -> None:
         self.repo = repo
         self.s = state  # its `paging` is set once the run becomes paged; read at each call
         self._unrecorded: list[tuple[TaskOutcome, int]] = []  # finished, not yet in the run store
-        self._mine: list[tuple[TaskOutcome, int]] = []  # what this run recorded, while few (its result)
+        self._mine: list[tuple[TaskOutcome, int]] = []  # this run's own, while few (its result)
         self._unrecorded_bytes = 0
         self._appender: Optional[asyncio.Task] = None
         self.recent: deque[TaskProgress] = deque(maxlen=RECENT_FINISHED)
@@ -74,7 +77,8 @@ class OutcomeRecorder:
         self._unrecorded_bytes += _cost(outcome)
         self.recent.append(TaskProgress(outcome.id, outcome.status, outcome.landed, outcome.reason,
                                         verdict=outcome.verdict))
-        if len(self._unrecorded) >= RECORD_BATCH_OUTCOMES or self._unrecorded_bytes >= RECORD_BATCH_BYTES:
+        if (len(self._unrecorded) >= RECORD_BATCH_OUTCOMES
+                or self._unrecorded_bytes >= RECORD_BATCH_BYTES):
             self._start()
 
     def _start(self) -> None:
@@ -94,15 +98,13 @@ class OutcomeRecorder:
                 size += cost
             outcomes = OutcomeBatch(repo=self.repo, run_ref=p.run_ref, batch_id=str(p.batches),
                                     outcomes=[o for o, _ in batch], rows=[r for _, r in batch])
-            # A local activity: the append (milliseconds, in-process git writes) runs on this worker
-            # within the workflow task, with no round trip through the server; a run's last append
-            # then completes with the run. Every worker of a board reaches the clone.
-            execute = workflow.execute_local_activity if compat.outcomes_recorded_locally() else workflow.execute_activity
-            await execute(
-                ACTIVITY_RECORD_OUTCOMES, outcomes,
-                result_type=RecordedBatch, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
-                summary=f"record {len(batch)} outcome(s)",
-            )
+            # A local activity: the append (milliseconds, in-process git) needs no server round
+            # trip; a run's last append completes with it. Every worker of a board sees the clone.
+            execute = (workflow.execute_local_activity if compat.outcomes_recorded_locally()
+                       else workflow.execute_activity)
+            await execute(ACTIVITY_RECORD_OUTCOMES, outcomes, result_type=RecordedBatch,
+                          start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
+                          summary=f"record {len(batch)} outcome(s)")
             del self._unrecorded[: len(batch)]
             self._unrecorded_bytes = max(0, self._unrecorded_bytes - size)
             p.batches += 1
@@ -126,7 +128,6 @@ class OutcomeRecorder:
         page: OutcomePage = await workflow.execute_activity(
             ACTIVITY_READ_OUTCOMES,
             ReadOutcomesRequest(repo=self.repo, run_ref=p.run_ref, max_bytes=PAGE_MAX_BYTES),
-            result_type=OutcomePage, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
-            summary="read the run's outcomes",
-        )
+            result_type=OutcomePage, start_to_close_timeout=timedelta(seconds=120),
+            retry_policy=STORE_RETRY, summary="read the run's outcomes")
         return page.outcomes if page.complete else []

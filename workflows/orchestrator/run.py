@@ -1,10 +1,7 @@
-"""`RunState`: what every part of an orchestrator run reads and changes, in one object.
-
-The carried state (`s`, an `OrchestratorState`) travels across continue-as-new; the rest is this
-run's: the tasks loaded and not finished, the running ones, their stages, counts by status (kept as
-statuses change, so views cost the same at 20 tasks as at 2,000) and the outcomes on their way to
-the run store.
-"""
+"""`RunState`: what every part of an orchestrator run reads and changes, in one object. The carried
+state (`s`) travels across continue-as-new; the rest is this run's: tasks loaded, running ones,
+their stages, counts by status (kept as statuses change, so views cost the same at any size) and
+outcomes on their way to the run store."""
 
 from __future__ import annotations
 
@@ -45,12 +42,11 @@ class RunState:
         )
         self.max_parallel = params.max_parallel or board.max_parallel
         self.running: dict[str, asyncio.Task] = {}  # task id -> what runs it (a group runs several)
-        # Running tasks' stages (implementing, verifying, judging), from the tasks' own steps; not
-        # carried across continue-as-new (a running task reports its next stage again).
+        # Running tasks' stages; not carried across continue-as-new (each reports its next again).
         self.stages: dict[str, str] = {}
         self.draining = False  # continue-as-new is due: start nothing more
-        self.recorder = OutcomeRecorder(params.repo, self.s)  # finished, on their way to the run store
-        self.rows: dict[str, int] = {}  # task id -> its row on a stored board (loaded, not finished)
+        self.recorder = OutcomeRecorder(params.repo, self.s)  # finished ones, to the run store
+        self.rows: dict[str, int] = {}  # task id -> its stored board row (loaded, not finished)
         if self.s.paging is not None:  # the counts travel in the state, since outcomes do not
             self.tally = self.s.paging.counts
             self.rows = dict(self.s.paging.awaiting_rows)
@@ -81,7 +77,8 @@ class RunState:
         """A paged run records a task's outcome once it is final: finished, and landed or not."""
         if not self.paged or task_id in self.running or task_id not in self.s.outcomes:
             return
-        if task_id in self.s.awaiting_landing.values() or self.s.outcomes[task_id].status == TASK_PENDING:
+        if (task_id in self.s.awaiting_landing.values()
+                or self.s.outcomes[task_id].status == TASK_PENDING):
             return  # landing, or sent back by the merge queue to run again
         outcome = self.s.outcomes.pop(task_id)
         self.tasks.pop(task_id, None)

@@ -1,10 +1,7 @@
 """The run's sliding window over its board: start a task whenever a slot is free, take its result.
-
-A board stored in the clone is loaded a page at a time, the next page while the window still has
-tasks of the last one to start; a board given inline (runs started before boards were stored) is
-one page, loaded. A task is one `run_task` activity, a child workflow for the Claude implementer, or
-rounds of `run_task` and the judge; tasks without a worktree go many to one activity (a task group).
-"""
+A stored board loads a page at a time (the next while the last still has tasks to start); an inline
+board is one page. A task is one `run_task` activity, a Claude child workflow, or rounds with the
+judge; tasks without a worktree go many to one activity (a task group)."""
 
 from __future__ import annotations
 
@@ -17,7 +14,12 @@ from typing import Any, Optional
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 from temporalio.workflow import ActivityCancellationType
 
 from taskfleet.workflows.compat import activity_name
@@ -48,7 +50,11 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.paging import PagingState
     from taskfleet.core.models.review import STAGE_IMPLEMENTING
     from taskfleet.core.models.task_group import GROUP_MAX_TASKS, TaskGroupInput, TaskGroupResult
-    from taskfleet.core.names import ACTIVITY_LOAD_BOARD_PAGE, ACTIVITY_RUN_TASK, ACTIVITY_RUN_TASK_GROUP
+    from taskfleet.core.names import (
+        ACTIVITY_LOAD_BOARD_PAGE,
+        ACTIVITY_RUN_TASK,
+        ACTIVITY_RUN_TASK_GROUP,
+    )
     from taskfleet.core.store_refs import run_ref
 
 TASK_RETRY = RetryPolicy(
@@ -75,7 +81,7 @@ class Window:
         self.landings = landings
         self._on_change = on_change
         self._loader: Optional[asyncio.Task] = None  # the next page, being loaded
-        self._started_here = 0  # tasks this run started: a run starts some before it may continue as new
+        self._started_here = 0  # a run starts some before it may continue as new
 
     # --- the window ----------------------------------------------------------------------------
 
@@ -97,8 +103,8 @@ class Window:
                     self._loader = asyncio.create_task(self._load_page())
                 await self._loader
                 continue
-            await workflow.wait_condition(
-                lambda: len(run.running) < run.max_parallel and run.recorder.backlog < BACKLOG_OUTCOMES)
+            await workflow.wait_condition(lambda: len(run.running) < run.max_parallel
+                                          and run.recorder.backlog < BACKLOG_OUTCOMES)
             if (self._started_here or not run.paged) and run.continue_due():
                 run.draining = True
                 break
@@ -120,7 +126,7 @@ class Window:
             return
         free = run.max_parallel - len(run.running)
         group: list[TaskSpec] = []
-        size, most = 0, min(GROUP_MAX_TASKS, max(1, run.max_parallel // 4), free)  # >= 4 groups in flight
+        size, most = 0, min(GROUP_MAX_TASKS, max(1, run.max_parallel // 4), free)  # >= 4 groups
         while s.pending and len(group) < most and self._groupable(run.tasks[s.pending[0]]):
             cost = len(json.dumps(vars(run.tasks[s.pending[0]])))
             if group and size + cost > GROUP_MAX_BYTES:
@@ -146,17 +152,17 @@ class Window:
 
     def task_input(self, task: TaskSpec) -> TaskInput:
         params, info = self.run.params, workflow.info()
-        return self.landings.task_input(TaskInput(
-            task=task, repo=params.repo, remote=params.remote, base=params.board.base, land=params.board.land,
-            run_key=self.s.run_key, reply_to=info.workflow_id, git_task_queue=self.run.task_queue,
-            git_max_batch_size=params.git_max_batch_size, git_max_batch_age_seconds=params.git_max_batch_age_seconds,
-            land_together=self._last_landings(),
-        ))
+        return self.landings.task_input(
+            TaskInput(task=task, repo=params.repo, remote=params.remote, base=params.board.base,
+                      land=params.board.land, run_key=self.s.run_key, reply_to=info.workflow_id,
+                      git_task_queue=self.run.task_queue,
+                      git_max_batch_size=params.git_max_batch_size,
+                      git_max_batch_age_seconds=params.git_max_batch_age_seconds,
+                      land_together=self._last_landings()))
 
     def _last_landings(self) -> list[str]:
-        """Once no task of the board is left to start: the landing op ids of the tasks running now
-        that land through the git batcher (the caller's included); else, or past
-        LAND_TOGETHER_MAX tasks (their batches fill by size), none."""
+        """Once no task is left to start: the landing op ids of running tasks that land through
+        the git batcher (the caller's too); none past LAND_TOGETHER_MAX (batches fill by size)."""
         s, p = self.s, self.s.paging
         if self.landings.queued or s.pending or (p is not None and p.load_from < p.board.tasks):
             return []
@@ -173,11 +179,12 @@ class Window:
         try:
             task_input = self.task_input(task)
             run.stages[task.id] = STAGE_IMPLEMENTING
-            if task.implementer == ANTHROPIC:  # the built-in Claude implementer runs as a child workflow
+            if task.implementer == ANTHROPIC:  # a child workflow
                 result = await run_llm_task(task_input, task_summary(task))
             elif has_judge(task):  # rounds of run_task and the judge, then landing
-                result = await run_judged_task(task_input, task_summary(task), TASK_RETRY, heartbeat,
-                                               lambda stage, verdict: self.on_stage(task.id, stage, verdict))
+                result = await run_judged_task(
+                    task_input, task_summary(task), TASK_RETRY, heartbeat,
+                    lambda stage, verdict: self.on_stage(task.id, stage, verdict))
             else:
                 result = await workflow.execute_activity(
                     activity_name(ACTIVITY_RUN_TASK), task_input, result_type=TaskResult,
@@ -215,9 +222,11 @@ class Window:
                 # The template's own task is never run: a bare one keeps the payload to the tasks.
                 TaskGroupInput(template=self.task_input(TaskSpec(id=tasks[0].id)), tasks=tasks),
                 result_type=TaskGroupResult,
-                start_to_close_timeout=timedelta(seconds=2 * max(t.timeout_seconds for t in tasks) + 120),
+                start_to_close_timeout=timedelta(
+                    seconds=2 * max(t.timeout_seconds for t in tasks) + 120),
                 heartbeat_timeout=timedelta(seconds=run.params.heartbeat_timeout_seconds),
-                retry_policy=TASK_RETRY, cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                retry_policy=TASK_RETRY,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=summary[:100],
             )
         except asyncio.CancelledError:
@@ -253,7 +262,8 @@ class Window:
 
     def _apply_result(self, task: TaskSpec, outcome: TaskOutcome, result: TaskResult) -> None:
         self.run.set_status(outcome, result.status)
-        outcome.commit, outcome.seconds, outcome.reason = result.commit, result.seconds, result.reason
+        outcome.commit, outcome.seconds, outcome.reason = (result.commit, result.seconds,
+                                                           result.reason)
         outcome.cache_hit, outcome.log_path = result.cache_hit, result.log_path
         stats = self.s.stats
         stats.task_seconds += result.seconds
@@ -287,8 +297,9 @@ class Window:
         self.s.pending, self.s.outcomes = [], {}
         run.tally.update({name: 0 for name in run.tally})
         run.tally[TASK_PENDING] = reference.open_tasks
-        self.s.paging = PagingState(board=reference, run_ref=run_ref(info.workflow_id, info.first_execution_run_id),
-                                    counts=run.tally)
+        self.s.paging = PagingState(
+            board=reference, run_ref=run_ref(info.workflow_id, info.first_execution_run_id),
+            counts=run.tally)
 
     async def _load_page(self) -> None:
         run, p, params = self.run, self.s.paging, self.run.params
@@ -297,24 +308,26 @@ class Window:
             try:
                 page = await workflow.execute_activity(
                     ACTIVITY_LOAD_BOARD_PAGE,
-                    BoardPageRequest(repo=params.repo, board_id=p.board.board_id, start=p.load_from),
-                    result_type=BoardPage, start_to_close_timeout=timedelta(seconds=120), retry_policy=STORE_RETRY,
-                    summary=f"board rows {p.load_from}+",
+                    BoardPageRequest(repo=params.repo, board_id=p.board.board_id,
+                                     start=p.load_from),
+                    result_type=BoardPage, start_to_close_timeout=timedelta(seconds=120),
+                    retry_policy=STORE_RETRY, summary=f"board rows {p.load_from}+",
                 )
             except ActivityError as err:
-                raise ApplicationError(
-                    f"board {p.board.board_id[:12]} cannot be read from {params.repo}: {root_cause_message(err)}",
-                    type="BoardStoreError", non_retryable=True,
-                ) from None
+                raise ApplicationError(f"board {p.board.board_id[:12]} cannot be read from "
+                                       f"{params.repo}: {root_cause_message(err)}",
+                                       type="BoardStoreError", non_retryable=True) from None
         for refused in page.refused:
-            if refused.index >= p.accounted:  # not counted yet (a resumed run reloads from its first pending row)
-                self._fail_unstarted(TaskOutcome(id=refused.id, status=TASK_FAILED, reason=refused.reason),
-                                     refused.index)
-        tasks = [(t, row) for t, row in zip(page.tasks, page.rows) if t.id not in run.tasks and t.id not in self.s.outcomes]
+            if refused.index >= p.accounted:  # not counted yet (a resumed run reloads rows)
+                self._fail_unstarted(TaskOutcome(id=refused.id, status=TASK_FAILED,
+                                                 reason=refused.reason), refused.index)
+        tasks = [(t, row) for t, row in zip(page.tasks, page.rows)
+                 if t.id not in run.tasks and t.id not in self.s.outcomes]
         held = await claim_page(params, [t for t, _ in tasks if t.worktree], first=p.accounted == 0)
         for task, row in tasks:
             if task.branch in held:
-                self._fail_unstarted(TaskOutcome(id=task.id, status=TASK_FAILED, reason=held[task.branch]), row)
+                self._fail_unstarted(
+                    TaskOutcome(id=task.id, status=TASK_FAILED, reason=held[task.branch]), row)
                 continue
             run.tasks[task.id] = task
             run.rows[task.id] = row
@@ -384,26 +397,28 @@ def _next_input(params: OrchestratorInput, **changes: Any) -> OrchestratorInput:
 
 
 def first_page_to_use(page: BoardPage, p: PagingState, board: Any) -> Optional[BoardPage]:
-    """The page, if it holds up against the stored board; else None (logged), and it is loaded.
-
-    It crossed the wire unchecked by any worker, so it is checked as an inline board is; one that
-    does not hold up is dropped and the page loaded from the store (nothing is lost)."""
+    """The page if it holds up against the stored board (it crossed the wire unchecked: checked as
+    an inline board is); else None, logged, and the page is loaded from the store."""
     try:
         if page.start != 0 or not 0 < page.next <= p.board.tasks or page.total != p.board.tasks:
-            raise BoardError(f"rows {page.start}..{page.next} of {page.total} do not fit the stored board")
+            raise BoardError(
+                f"rows {page.start}..{page.next} of {page.total} do not fit the stored board")
         if page.board_id and page.board_id != p.board.board_id:
-            raise BoardError(f"it was read from board {page.board_id[:12]}, not {p.board.board_id[:12]}")
+            raise BoardError(
+                f"it was read from board {page.board_id[:12]}, not {p.board.board_id[:12]}")
         if len(page.rows) != len(page.tasks) or any(not 0 <= r < page.next for r in page.rows) \
                 or any(not 0 <= r.index < page.next for r in page.refused):
             raise BoardError("its rows do not match its tasks")
         # Every row of the range is exactly one of: a task, a refused row, a done row.
         rows = sorted(page.rows + [r.index for r in page.refused])
         if len(set(rows)) != len(rows) or page.rows != sorted(page.rows) or page.done < 0 \
-                or len(rows) + page.done != page.next - page.start or any(t.done for t in page.tasks):
+                or len(rows) + page.done != page.next - page.start \
+                or any(t.done for t in page.tasks):
             raise BoardError("its rows, refused rows and done rows do not add up to its range")
         if page.tasks:
             validate_board(replace(board, tasks=page.tasks), "first page")
     except BoardError as err:
-        workflow.logger.warning("the first page in the input is not used (%s): loading it from the store", err)
+        workflow.logger.warning(
+            "the first page in the input is not used (%s): loading it from the store", err)
         return None
     return page

@@ -37,8 +37,7 @@ class CheckedBoard:
     head: BoardHead  # the file's keys with the CLI's overrides on top
     rows: Iterator[RawTask]
     board: Board | None = None  # checked whole (`ParsedBoard.whole`): every task valid
-    # Open markdown tasks whose Verification cell keeps its own command despite --verify (the cell
-    # is more specific, so it wins); complete once the rows are read.
+    # Open markdown tasks whose Verification cell wins over --verify; complete once rows are read
     own_verification: list[str] = field(default_factory=list)
 
 

@@ -48,8 +48,7 @@ def task_from_row(raw: RawTask, head: BoardHead, source: str) -> TaskSpec:
 
 def spec_from_row(row: dict[str, Any], allowed: frozenset[str], settings: dict[str, Any],
                   where: str) -> TaskSpec:
-    """A task row (only `allowed` keys) as a checked TaskSpec with the board's defaults; BoardError
-    naming `where`."""
+    """A task row (only `allowed` keys) as a checked TaskSpec with the board's defaults."""
     unknown = sorted(set(row) - allowed)
     if unknown:
         raise BoardError(f"{where}: unknown key(s) {', '.join(unknown)}; "
@@ -103,8 +102,7 @@ def task_problem(task: TaskSpec, base: str, target: str) -> str:
 
 
 def validate_board(board: Board, source: str = "board") -> Board:
-    """Refuse a board that cannot run as written: the workflow's check of its input (a file's rows
-    passed these rules as read)."""
+    """The workflow's check of its input: refuse a board that cannot run as written."""
     if not board.tasks:
         raise BoardError(f"{source}: the board has no tasks")
     check_board_settings(board, source)
@@ -187,8 +185,7 @@ def has_judge(spec: Any) -> bool:
 
 
 def judge_fields_problem(spec: TaskSpec) -> str:
-    """What is wrong with a task's judge fields, or "": Claude (`judge = "anthropic"`) or a command
-    (`judge_run`), never both."""
+    """A task's judge fields' problem, or "": `judge = "anthropic"` or `judge_run`, never both."""
     if not isinstance(spec.judge, str) or spec.judge not in ("", ANTHROPIC):
         return f"judge must be 'anthropic' (or use judge_run = COMMAND), got {spec.judge!r}"
     if not isinstance(spec.judge_run, str):

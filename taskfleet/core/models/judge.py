@@ -25,9 +25,8 @@ class JudgeTask:
 
 @dataclass
 class JudgeRequest:
-    """Judge this commit of this task (input of `JudgeWorkflow` and of the judge's activities).
-
-    The task's `TaskInput` inline (a command task; a run from before the payload store) or stored
+    """Judge this commit of this task (input of `JudgeWorkflow` and of the judge's activities). The
+    task's `TaskInput` inline (a command task; a run from before the payload store) or stored
     (`task`, with `about` for what the workflow reads itself)."""
 
     task_input: Optional[TaskInput] = None
@@ -35,14 +34,12 @@ class JudgeRequest:
     verify_tail: str = ""  # the end of the task's log: the verify command's output is taken from it
     round: int = 1  # which judging of this task (1, then 2 after a revise round, ...)
     attempt: int = 1  # the implementer's attempt that made the commit
-    # A Claude task: the request's cache key and its stored answer (the reply with its edits): an
-    # approved answer is kept in the result cache, so the same board next time lands it again.
+    # A Claude task's request cache key and stored answer: cached once approved, to land again.
     edits_cache_key: str = ""
     edits: Optional[PayloadRef] = None
     task: Optional[PayloadRef] = None
     about: Optional[JudgeTask] = None
-    # The judge's steps run as local activities and keep payloads in the store (a request from
-    # before that: regular activities, as its history recorded them).
+    # Local-activity steps with payloads in the store (an older request: as its history recorded)
     stored: bool = False
     report_stage: bool = False  # its prepare step tells `reply_to` the task is being judged
 
@@ -85,8 +82,7 @@ class JudgeAnswer:
 
 @dataclass
 class JudgeVerdict:
-    """The review in a reply (kept in the result cache, a lesson unless approve), or why it does
-    not fit the schema (`problem`, sent back to the judge once)."""
+    """A reply's review, or why it breaks the schema (`problem`, sent back to the judge once)."""
 
     review: Optional[Review] = None
     problem: str = ""
@@ -128,8 +124,7 @@ class LandInput:
 
     task_input: TaskInput
     commit: str
-    # A Claude task: its approved edits, kept in the result cache under the request's key (kept
-    # only once approved, so the same board next time applies edits that passed its judge).
+    # A Claude task's approved edits, cached under its request's key for the same board next time.
     edits_cache_key: str = ""
     edits: Optional[list] = None  # inline: only from before the payload store
     summary: str = ""

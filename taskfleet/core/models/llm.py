@@ -1,10 +1,7 @@
-"""Wire types of the Claude implementer: the per-task child workflow, the batcher and their activities.
-
-A request's params, a model's reply and the edits in it live in the payload store; these types
-carry their references (`PayloadRef`) and small routing fields only. The inline `params` and
-`message` fields are read for runs and requests made before the store. Nothing secret is ever in
-here: the API key stays in the worker's environment.
-"""
+"""Wire types of the Claude implementer: the per-task child workflow, the batcher, their activities.
+Params, replies and edits live in the payload store; these carry `PayloadRef`s and small routing
+fields (the inline `params` and `message` fields serve runs from before the store). Nothing secret
+is ever here: the API key stays in the worker's environment."""
 
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
@@ -13,7 +10,7 @@ from typing import Any, Optional
 from taskfleet.core.models.orchestrator import TaskInput
 from taskfleet.core.models.payload import PayloadRef
 
-# Result types of one request (the Message Batches API's, plus `failed`: taskfleet could not get one)
+# Result types of a request: the Message Batches API's, and `failed` (taskfleet got none)
 REPLY_SUCCEEDED = "succeeded"
 REPLY_ERRORED = "errored"
 REPLY_CANCELED = "canceled"
@@ -46,7 +43,8 @@ class LLMReply:
 
 @dataclass
 class ModelUsage:
-    """What one workflow's Claude requests cost: requests, the calls they took, tokens, an estimate."""
+    """What one workflow's Claude requests cost: requests, the calls they took, tokens, an
+    estimate."""
 
     requests: int = 0
     direct_calls: int = 0
@@ -73,9 +71,8 @@ class LLMRequest:
 
 @dataclass
 class ModelRequest:
-    """One request as a workflow holds it: the prepared request in the payload store, then the turns
-    added since. Each turn is small; an assistant turn names a stored reply instead of holding it:
-    `{"role": "assistant", "reply": {"key", "size"}}`."""
+    """A request as a workflow holds it: the stored prepared request, then small turns added since
+    (an assistant turn names a stored reply: `{"role": "assistant", "reply": {"key", "size"}}`)."""
 
     prepared: Optional[PayloadRef] = None
     params: dict = field(default_factory=dict)  # a request prepared before the store
@@ -90,8 +87,7 @@ class LLMBatchConfig:
     poll_max_seconds: float = 60.0
     api_timeout_seconds: float = 120.0  # one API call's activity timeout
     max_history_events: int = 0  # test hook: continue-as-new past this many events
-    # The API's limits for one Message Batch (100,000 requests, 256 MB): a flush is cut at whichever
-    # comes first; bytes count the stored params, kept under the API's limit with room to spare.
+    # A flush is cut at whichever comes first (the API allows 100,000 requests, 256 MB of params)
     max_requests: int = 100_000
     max_bytes: int = 240_000_000
 
@@ -160,7 +156,7 @@ class LLMBatchStatus:
     runs: int
 
 
-# --- activities of the batcher ---------------------------------------------------------------------
+# --- activities of the batcher --------------------------------------------------------------------
 
 
 @dataclass
@@ -213,8 +209,7 @@ class DeliverResultsOutput:
 @dataclass
 class LLMTaskInput:
     task_input: TaskInput
-    # The task's steps keep payloads in the store, prepare and land as local activities (a run
-    # from before that: the steps its history recorded).
+    # Payloads in the store, prepare and land as local activities (older runs: as recorded)
     stored: bool = False
 
 
@@ -257,8 +252,7 @@ class ApplyInput:
     cache_key: str = ""  # set: store the edits under it when they pass verification
     from_cache: bool = False
     reviewed_commit: str = ""  # a task with a judge: the commit of the attempt the judge sent back
-    # The stored reply whose apply_edits call holds the edits, or a stored {"edits", "summary"}
-    # (a cache hit); the activity refuses what it cannot apply.
+    # The stored reply with the apply_edits call, or a stored cache hit {"edits", "summary"}
     answer: Optional[PayloadRef] = None
     task: Optional[PayloadRef] = None
     hold_landing: bool = False  # with `task`: as TaskInput.hold_landing, report_stages

@@ -1,7 +1,6 @@
 """Wire types of boards and the orchestrator: task specs, `run_task` I/O, outcomes, progress."""
 
-# No `from __future__ import annotations` here: the data converter resolves these hints on every
-# payload, and real (not string) annotations make that several times cheaper on the hot path.
+# No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -32,22 +31,20 @@ class TaskSpec:
     timeout_seconds: float = 600.0
     refresh: bool = False  # bypass the result cache
     done: bool = False  # `[x]` on a markdown board: not dispatched
-    # false: a task that changes nothing (a check, a report) runs in a scratch folder, with no
-    # worktree, commit or landing
+    # false: a task that changes nothing runs in a scratch folder: no worktree, commit or landing
     worktree: bool = True
-    # worker variables the task needs (names); each must be one the worker's operator lets tasks
-    # see (TASKFLEET_TASK_ENV), or the board is refused before anything starts
+    # worker variables the task needs; each one TASKFLEET_TASK_ENV allows, or the board is refused
     env: list[str] = field(default_factory=list)
-    # --- the built-in Claude implementer (`implementer = "anthropic"` instead of `run`) -------------
+    # --- the built-in Claude implementer (`implementer = "anthropic"` instead of `run`) -----------
     implementer: str = ""  # "" (the `run` command) or "anthropic"
     model: str = ""  # "": env TASKFLEET_MODEL on the worker, else taskfleet's default model
     max_tokens: int = 8192
-    context: list[str] = field(default_factory=list)  # repo-relative globs read from the base commit
+    context: list[str] = field(default_factory=list)  # repo-relative globs, read at the base commit
     max_attempts: int = 2  # model calls per task (the first, then fix rounds)
     llm_batch: bool = True  # false: one direct `messages.create` per request
     llm_batch_max_size: int = 100_000  # the API's limit: a batch is cut by age, requests or bytes
     llm_batch_max_age_seconds: float = 10.0
-    # --- the judge: after verify passes and before landing (`judge = "anthropic"` or `judge_run`) ---
+    # --- the judge: after verify passes, before landing (`judge = "anthropic"` or `judge_run`) ---
     judge: str = ""  # "" (no Claude judge) or "anthropic"
     judge_model: str = ""  # "": the task's model
     judge_template: str = "judge.j2"
@@ -66,12 +63,10 @@ class TaskEnvCheck:
 class Board:
     tasks: list[TaskSpec]
     name: str = "board"
-    # The branch tasks start from and land on; "" (not named): the remote's default branch, as the
-    # clone's `<remote>/HEAD` names it (resolved by the CLI before it starts, else by the worker).
+    # The branch tasks start from and land on; "": the remote's default (`<remote>/HEAD`)
     base: str = ""
     max_parallel: int = 4
-    # push: push each task branch; merge: merge it into `base`; queue: through the merge queue of
-    # `queue_target`, which verifies the merged result before the target moves.
+    # push each task branch, merge it into `base`, or queue it (merged result verified first)
     land: str = "push"
     path: str = ""
     format: str = "toml"
@@ -100,7 +95,7 @@ class BoardPage:
     next: int  # the row after the last one this page covers; == total at the end of the board
     total: int
     tasks: list[TaskSpec] = field(default_factory=list)  # open tasks, ready to run
-    rows: list[int] = field(default_factory=list)  # each task's row index, so a run can resume mid-page
+    rows: list[int] = field(default_factory=list)  # each task's row index: a run resumes mid-page
     refused: list[RefusedTask] = field(default_factory=list)
     done: int = 0  # rows marked done (`[x]`) in the range: counted, never dispatched
     board_id: str = ""  # the stored board it was read from ("" from an older client)
@@ -139,8 +134,7 @@ class OrchestratorStats:
     runs: int = 1
     largest_history_length: int = 0
     max_running: int = 0
-    # Honest speed-up: `speedup` is work_seconds / wall_seconds, where work is the tasks' own
-    # executor + verification time; taskfleet's own costs are reported beside it.
+    # Honest speed-up: `speedup` = work / wall seconds (the tasks' own commands); costs beside it.
     work_seconds: float = 0.0
     setup_seconds: float = 0.0  # worktree set-up, summed over tasks
     wait_seconds: float = 0.0  # scheduled -> started on a worker, summed over tasks
@@ -152,8 +146,7 @@ class OrchestratorStats:
     llm_output_tokens: int = 0
     llm_cache_read_tokens: int = 0
     llm_cost_usd: float = 0.0  # estimated, batch discount applied
-    # land = "queue": this run's entries and what they cost the queue (verify runs, bisection steps
-    # and pushes that included them), time in queue summed over decided entries, and re-runs.
+    # land = "queue": this run's entries, what they cost the queue, time in queue, and re-runs
     queue_landed: int = 0
     queue_rejected: int = 0
     queue_conflicts: int = 0
@@ -161,9 +154,7 @@ class OrchestratorStats:
     queue_verify_runs: int = 0
     queue_bisection_steps: int = 0
     queue_seconds: float = 0.0
-    # The judge (its Claude requests are in the llm_* figures too): verdicts asked for (model
-    # requests or judge command runs), the Claude API calls they took, verdicts from the result
-    # cache, verdicts by kind, answers that broke submit_review's schema, tokens, estimated cost.
+    # The judge; its Claude requests count in the llm_* figures too.
     judge_calls: int = 0
     judge_api_calls: int = 0
     judge_cache_hits: int = 0
@@ -199,12 +190,10 @@ class OrchestratorState:
     run_key: str = ""  # set once by the first run: `<workflow id>@<first run id>`
     llm_batch_ids: list[str] = field(default_factory=list)  # distinct Message Batches used
     judge_batch_ids: list[str] = field(default_factory=list)  # those of them judge requests went in
-    # A paged run (boards by reference): `pending` and `outcomes` hold only the tasks in flight;
-    # every finished task's outcome is in the run store.
+    # A paged run: `pending` and `outcomes` hold the tasks in flight; the rest is in the run store.
     paging: Optional[PagingState] = None
-    # land = "queue": tasks the queue sent back (task id -> the latest send-back), the queue's verify
-    # runs, splits and pushes seen lately (each counted once), and the specs of sent-back tasks a
-    # paged run carries to its next run (a stored board's page is not read again for them).
+    # land = "queue": tasks it sent back (task id -> latest), its verify runs, splits and pushes
+    # seen lately (counted once), and sent-back specs a paged run carries to its next run.
     queue_retries: dict[str, QueueRetry] = field(default_factory=dict)
     queue_seen: list[str] = field(default_factory=list)
     requeued_specs: dict[str, TaskSpec] = field(default_factory=dict)
@@ -225,8 +214,7 @@ class OrchestratorInput:
     state: Optional[OrchestratorState] = None
     # The board stored in the clone (`board` then holds only its board-wide settings, no tasks).
     board_ref: Optional[BoardReference] = None
-    # Its first rows, read by the client that stored it: the run starts on them without loading
-    # (first run only; dropped at continue-as-new).
+    # Its first rows as the storing client read them: the first run starts without loading them.
     first_page: Optional[BoardPage] = None
 
 
@@ -239,21 +227,20 @@ class TaskInput:
     remote: str
     base: str
     land: str
-    run_key: str  # `<workflow id>@<first run id>` (the workflow id alone before that patch): commit trailer, op ids
+    run_key: str  # `<workflow id>@<first run id>` (older: the id alone): commit trailer, op ids
     reply_to: str
     git_task_queue: str
     git_max_batch_size: int = 10
     git_max_batch_age_seconds: float = 5.0
-    queue: Optional[QueueLanding] = None  # land = "queue": the merge queue's settings, a re-run's reason
+    queue: Optional[QueueLanding] = None  # land = "queue": queue settings, a re-run's reason
     # --- a task with a judge (set by the workflow that runs its rounds) ---
     hold_landing: bool = False  # commit and return: the judge decides whether the commit lands
     attempt: int = 1  # the implementer's attempt (a revise round is the next one)
-    start_commit: str = ""  # a command task's revise round starts from the commit the judge reviewed
+    start_commit: str = ""  # a command task's revise round: the commit the judge reviewed
     review: Optional[Review] = None  # the judge's review of that commit (TASKFLEET_REVIEW_FILE)
     report_stages: bool = False  # signal `task_stage` to `reply_to` when verification starts
-    # Set on the board's last tasks (none was left to start when they started): the landing op ids of
-    # all of them, this one's included. Each asks the batcher to flush once all are queued: no later
-    # task will fill their batch, and the run's own flush comes two trips through the server later.
+    # On the board's last tasks: all their landing op ids. Each asks the batcher to flush once all
+    # are queued (no later task fills the batch; the run's own flush is two server trips later).
     land_together: list[str] = field(default_factory=list)
 
 
@@ -312,8 +299,7 @@ class BranchClaim:
 class OrchestratorResult:
     tasks: list[TaskOutcome]
     stats: OrchestratorStats
-    # Paged runs: where every task's outcome is (`taskfleet.clients.run_store`); `tasks` lists them
-    # only when `recorded` is small (RESULT_MAX_TASKS), else it is empty.
+    # Paged runs: the run store with every outcome; `tasks` lists them only if `recorded` is small
     run_ref: str = ""
     repo: str = ""
     recorded: int = 0
@@ -341,4 +327,4 @@ class OrchestratorProgress:
     repo: str = ""
     total: int = 0  # open tasks on the board
     failed_ids: list[str] = field(default_factory=list)  # the first FAILED_IDS_CAP
-    rejected: list[str] = field(default_factory=list)  # `task_stage` signals refused (the last few, described)
+    rejected: list[str] = field(default_factory=list)  # refused `task_stage` signals (the last few)

@@ -21,11 +21,8 @@ def ref_of(raw: Any) -> Optional[PayloadRef]:
     """A reference from a payload typed by anyone (a dict or a PayloadRef), or None if not one."""
     if isinstance(raw, PayloadRef):
         raw = raw.__dict__
-    if (
-        not isinstance(raw, dict)
-        or not isinstance(raw.get("key"), str)
-        or not KEY.match(raw["key"])
-    ):
+    if (not isinstance(raw, dict) or not isinstance(raw.get("key"), str)
+            or not KEY.match(raw["key"])):
         return None
     size = raw.get("size", 0)
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -34,8 +31,7 @@ def ref_of(raw: Any) -> Optional[PayloadRef]:
 
 
 def compact(value: Any) -> Any:
-    """A dataclass as a JSON-ready dict without the fields at their defaults: the receiver's
-    dataclass fills them in again, so it is the same value in fewer history bytes."""
+    """A dataclass as a JSON dict without fields at their defaults: the same value, fewer bytes."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {}
         for f in dataclasses.fields(value):

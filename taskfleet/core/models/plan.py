@@ -1,4 +1,4 @@
-"""Wire types of the planner role: `PlannerWorkflow`'s input, its prepare activity and its answer."""
+"""Wire types of the planner role: `PlannerWorkflow`'s input, its prepare activity, its answer."""
 
 # No `from __future__ import annotations`: the data converter resolves these hints on every payload.
 from dataclasses import dataclass, field
@@ -16,18 +16,19 @@ PLAN_FAILED = "failed"
 
 @dataclass
 class PlanInput:
-    """What to plan. Sent as plain JSON by `taskfleet plan` or by hand (`temporal workflow start`)."""
+    """What to plan. Sent as plain JSON by `taskfleet plan` or by hand
+    (`temporal workflow start`)."""
 
     goal: str
     repo: str  # absolute path of the clone on the worker
     base: str = "main"
     remote: str = "origin"
-    context: list[str] = field(default_factory=list)  # repo-relative globs read from the base commit
+    context: list[str] = field(default_factory=list)  # repo-relative globs, read at the base commit
     max_tasks: int = 20  # a board with more tasks is refused, never cut
     model: str = ""  # "": the worker's default model
     max_tokens: int = 8192
     template: str = "planner.j2"
-    # A person usually waits for a plan: one direct call by default; true sends it in a Message Batch.
+    # A person usually waits for a plan: one direct call by default (true: a Message Batch)
     llm_batch: bool = False
     llm_batch_max_size: int = 100_000
     llm_batch_max_age_seconds: float = 10.0

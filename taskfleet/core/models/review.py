@@ -37,7 +37,7 @@ class Review:
 class JudgeTally:
     """One task's judging: verdicts by kind, the calls they took, what they cost."""
 
-    calls: int = 0  # verdicts asked for: model requests (schema retries included) or judge command runs
+    calls: int = 0  # verdicts asked for: model requests (schema retries too) or judge command runs
     cache_hits: int = 0  # verdicts taken from the result cache (no call)
     approved: int = 0
     revised: int = 0
