@@ -55,7 +55,7 @@ def test_the_wheels_only_top_level_name_is_taskfleet(wheel_and_venv):
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"taskfleet"}, top
     for data in ("taskfleet/examples/demo-board.toml", "taskfleet/examples/demo-repo/tools/make_op.py",
-                 "taskfleet/prompts/implementer.j2", "taskfleet/workflows/orchestrator.py",
+                 "taskfleet/prompts/implementer.j2", "taskfleet/workflows/orchestrator/__init__.py",
                  "taskfleet/activities/task_runner.py"):
         assert data in names, data
 
