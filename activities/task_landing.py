@@ -9,11 +9,11 @@ from taskfleet.activities.git.landing_outbox import outbox
 from taskfleet.activities.git.queue_entry import submit_to_queue
 from temporalio import activity
 
-from taskfleet.core.git_batch_start import op_payload, start_options, with_start_options
 from taskfleet.core.ids import landing_op_id
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
 from taskfleet.core.models.orchestrator import TaskInput, TaskResult
-from taskfleet.core.names import FLUSH_AFTER, GIT_BATCH_WORKFLOW, SIGNAL_ENQUEUE, SIGNAL_FLUSH
+from taskfleet.core.names import FLUSH_AFTER, SIGNAL_ENQUEUE, SIGNAL_FLUSH
+from taskfleet.core.workflow_start import git_batcher, op_payload
 
 
 def landing_op(params: TaskInput, commit: str) -> GitOp:
@@ -51,15 +51,15 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
     config = batcher_config(params)
     client = activity.client()
 
-    batcher = start_options(config, params.git_task_queue, search_attributes=False)["id"]
+    target = git_batcher(config, params.git_task_queue)
+    batcher = target.workflow_id
 
     async def send(ops: list[dict]) -> object:
         async def start(options: dict) -> object:
-            return await client.start_workflow(GIT_BATCH_WORKFLOW, config,
-                                               start_signal=SIGNAL_ENQUEUE,
+            return await client.start_workflow(target.workflow_type, config, start_signal=SIGNAL_ENQUEUE,
                                                start_signal_args=[ops], **options)
 
-        return await with_start_options(start, config, params.git_task_queue)
+        return await target.start(start)
 
     together = list(params.land_together)
 

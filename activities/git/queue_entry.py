@@ -11,10 +11,10 @@ from taskfleet.activities.git.worktrees import resolve
 from temporalio import activity
 
 from taskfleet.core.ids import landing_op_id
-from taskfleet.core.merge_queue_start import entry_payload, with_queue_start_options
+from taskfleet.core.workflow_start import entry_payload, merge_queue
 from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from taskfleet.core.models.orchestrator import TaskInput, TaskResult
-from taskfleet.core.names import MERGE_QUEUE_WORKFLOW, SIGNAL_ENQUEUE
+from taskfleet.core.names import SIGNAL_ENQUEUE
 
 
 def base_commit_of(params: TaskInput) -> str:
@@ -42,9 +42,11 @@ async def submit_to_queue(params: TaskInput, result: TaskResult) -> None:
                               max_batch=landing.max_batch, max_wait_seconds=landing.max_wait_seconds)
     client = activity.client()
 
+    target = merge_queue(config, params.git_task_queue)
+
     async def start(options: dict) -> object:
-        return await client.start_workflow(MERGE_QUEUE_WORKFLOW, config, start_signal=SIGNAL_ENQUEUE,
+        return await client.start_workflow(target.workflow_type, config, start_signal=SIGNAL_ENQUEUE,
                                            start_signal_args=[entry_payload(entry)], **options)
 
-    await with_queue_start_options(start, config, params.git_task_queue)
+    await target.start(start)
     result.landing_op_id = entry.id
