@@ -9,30 +9,26 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Any
 
-from taskfleet.activities.processes.executor import run_command, tail
-from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE, no_detached_git_maintenance
+from taskfleet.activities.processes.executor import tail
+from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
 from taskfleet.activities.git.git_async import GitError
+from taskfleet.activities.workspace import Workspace
 from taskfleet.activities.git.merge_chain import build_chain, cas_push
 from taskfleet.activities.task_runner import needs_a_person
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from taskfleet.core.default_branch import default_branch
 from taskfleet.core.ids import slug
 from taskfleet.core.models.merge_queue import (
     BuildInput,
     BuildOutput,
-    DefaultBranchInput,
     PushInput,
     PushOutput,
     VerifyInput,
     VerifyOutput,
 )
 from taskfleet.core.names import (
-    ACTIVITY_DEFAULT_BRANCH,
     ACTIVITY_QUEUE_BUILD,
     ACTIVITY_QUEUE_PUSH,
     ACTIVITY_QUEUE_VERIFY,
@@ -64,14 +60,12 @@ def verify_env(params: VerifyInput, worktree: str) -> dict[str, str]:
 
 
 class MergeQueueActivities:
-    """Shares the task activities' worktree pool and executor records (one of each per worker)."""
-
-    def __init__(self, settings: Any, tasks: Any) -> None:
+    def __init__(self, settings: Any, workspace: Workspace) -> None:
         self.settings = settings
-        self.tasks = tasks  # TaskActivities
+        self.workspace = workspace
 
     def activities(self) -> list[Any]:
-        return [self.build, self.verify, self.push, self.default_branch]
+        return [self.build, self.verify, self.push]
 
     @activity.defn(name=ACTIVITY_QUEUE_BUILD)
     async def build(self, params: BuildInput) -> BuildOutput:
@@ -81,33 +75,26 @@ class MergeQueueActivities:
     @activity.defn(name=ACTIVITY_QUEUE_VERIFY)
     async def verify(self, params: VerifyInput) -> VerifyOutput:
         """The verify command on the merged commit, once, in a pooled worktree."""
-        self.tasks.refuse_state_dir_inside(params.batch_id, params.repo)
+        space = self.workspace
+        space.refuse_state_dir_inside(params.batch_id, params.repo)
         attempt = activity.info().attempt
         log_path = self.settings.logs_dir / "queue" / slug(params.queue_id, 120) / f"{slug(params.batch_id)}-{attempt}.log"
         await asyncio.to_thread(log_path.parent.mkdir, parents=True, exist_ok=True)
         heartbeat = lambda: activity.heartbeat(params.batch_id)  # noqa: E731
-        await self.tasks.executors.reap_now_and_then()
+        await space.executors.reap_now_and_then()
         try:
-            worktree = await self.tasks.worktrees.take_detached(params.repo, params.commit, heartbeat)
+            async with space.checkout(params.repo, None, params.commit, heartbeat) as worktree:
+                env = verify_env(params, str(worktree.path))
+                no_detached_git_maintenance(env)
+                with await asyncio.to_thread(open, log_path, "a+b") as log:
+                    async with space.commands(heartbeat) as run:
+                        ran = await run(params.command, worktree.path, env, log, params.timeout_seconds, "verify")
+                    output = tail(log)
         except GitError as err:
             person = needs_a_person(err)
             if person is None:
                 raise
             raise person from None
-        try:
-            env = verify_env(params, str(worktree.path))
-            token = self.tasks.executors.new_token()
-            env[TOKEN_VARIABLE] = token
-            no_detached_git_maintenance(env)
-            with await asyncio.to_thread(open, log_path, "a+b") as log:
-                try:
-                    ran = await run_command(params.command, worktree.path, env, log, params.timeout_seconds, heartbeat,
-                                            "verify", on_start=lambda pgid: self.tasks.executors.record(token, pgid))
-                finally:  # nothing it started outlives it; then the token is journalled as ended
-                    await self.tasks.end_token(token)
-                output = tail(log)
-        finally:
-            self.tasks.worktrees.give_back(worktree)
         return VerifyOutput(passed=not ran.timed_out and ran.exit_code == 0, exit_code=ran.exit_code,
                             timed_out=ran.timed_out, seconds=ran.seconds, output_tail=output, log_path=str(log_path))
 
@@ -115,19 +102,3 @@ class MergeQueueActivities:
     async def push(self, params: PushInput) -> PushOutput:
         retried = activity.info().attempt > 1
         return await _heartbeating(lambda: cas_push(params, retried), params.batch_id)
-
-    @activity.defn(name=ACTIVITY_DEFAULT_BRANCH)
-    async def default_branch(self, params: DefaultBranchInput) -> str:
-        """The remote's default branch, for a board started without `base`."""
-        if not os.path.isdir(params.repo):
-            raise ApplicationError(f"repo {params.repo} is not a folder on this worker", type="BadTaskSetup",
-                                   non_retryable=True)
-        started = time.monotonic()
-        name = await asyncio.to_thread(default_branch, params.repo, params.remote)
-        if not name:
-            raise ApplicationError(
-                f"cannot tell the default branch of {params.remote} from {params.repo}; set `base` on the board",
-                type="BadTaskSetup", non_retryable=True,
-            )
-        activity.logger.info("default branch of %s: %s (%.3fs)", params.remote, name, time.monotonic() - started)
-        return name

@@ -1,9 +1,13 @@
 """What the orchestrator asks a worker before a run's tasks start: that the task branches are the
-run's own on the clone, and that this worker gives tasks the variables the board asks for. A
-refusal is non-retryable: it is about the board, not a passing fault of the worker."""
+run's own on the clone, that this worker gives tasks the variables the board asks for, and the
+remote's default branch for a board that names no base. A refusal is non-retryable: it is about the
+board, not a passing fault of the worker."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from pathlib import Path
 
 from taskfleet.activities.git.branch_claims import BranchClaims, BranchesHeld, NotAClone
@@ -15,8 +19,10 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from taskfleet.core.default_branch import default_branch
+from taskfleet.core.models.merge_queue import DefaultBranchInput
 from taskfleet.core.models.orchestrator import BranchClaim, TaskEnvCheck
-from taskfleet.core.names import ACTIVITY_CHECK_TASK_ENV, ACTIVITY_CLAIM_BRANCHES
+from taskfleet.core.names import ACTIVITY_CHECK_TASK_ENV, ACTIVITY_CLAIM_BRANCHES, ACTIVITY_DEFAULT_BRANCH
 from taskfleet.core.settings import TaskfleetSettings
 
 
@@ -68,3 +74,19 @@ class RunCheckActivities:
         problem = task_env_problem(list(check.names)[:1000])
         if problem:
             raise ApplicationError(problem, type="EnvNotAllowed", non_retryable=True)
+
+    @activity.defn(name=ACTIVITY_DEFAULT_BRANCH)
+    async def default_branch(self, params: DefaultBranchInput) -> str:
+        """The remote's default branch, for a board started without `base`."""
+        if not os.path.isdir(params.repo):
+            raise ApplicationError(f"repo {params.repo} is not a folder on this worker", type="BadTaskSetup",
+                                   non_retryable=True)
+        started = time.monotonic()
+        name = await asyncio.to_thread(default_branch, params.repo, params.remote)
+        if not name:
+            raise ApplicationError(
+                f"cannot tell the default branch of {params.remote} from {params.repo}; set `base` on the board",
+                type="BadTaskSetup", non_retryable=True,
+            )
+        activity.logger.info("default branch of %s: %s (%.3fs)", params.remote, name, time.monotonic() - started)
+        return name

@@ -220,24 +220,6 @@ class TaskActivities:
         result.status = TASK_SUCCEEDED
         return True
 
-    # Until the Claude, judge and merge-queue activities take the workspace themselves.
-    @property
-    def worktrees(self):  # noqa: ANN201
-        return self.workspace.worktrees
-
-    @property
-    def executors(self):  # noqa: ANN201
-        return self.workspace.executors
-
-    async def end_token(self, token: str) -> None:
-        await self.workspace.end_token(token)
-
-    def refuse_state_dir_inside(self, task_id: str, repo: str) -> None:
-        self.workspace.refuse_state_dir_inside(f"task {task_id}", repo)
-
-    async def end_earlier_attempts(self, run_key: str, task_id: str) -> None:
-        await self.workspace.end_earlier_attempts(run_key, task_id)
-
     async def _task_files(self, params: TaskInput, log_path: Path) -> tuple[Path, str, BinaryIO]:
         """Render the prompt, write it beside the log (outside the worktree: never committed) and
         open the log, in one trip to a thread: creating a file waits on the disk, not the loop."""

@@ -96,7 +96,7 @@ class WorkerServices:
         self.judges = JudgeActivities(settings, llm, *memory)
         self.boards = BoardStoreActivities()
         self.task_groups = TaskGroupActivities(self.tasks)
-        self.merge_queue = MergeQueueActivities(settings, self.tasks)
+        self.merge_queue = MergeQueueActivities(settings, self.workspace)
         self.policy: ExecutorPolicy | None = None  # decided at start: a probe starts a process
         self.started = False
 
@@ -105,7 +105,7 @@ class WorkerServices:
             self.git.push_batch, self.lesson_activities.query_lessons,
             self.lesson_activities.record_lesson, self.lesson_activities.lessons_stats,
             self.tasks.run_task, self.tasks.land_task,
-            self.run_checks.claim_branches, self.run_checks.check_task_env,
+            self.run_checks.claim_branches, self.run_checks.check_task_env, self.run_checks.default_branch,
             *self.llm.activities(), *self.llm_api.activities(), *self.plans.activities(),
             *self.judges.activities(),
             self.boards.store_board, self.boards.load_board_page, self.boards.record_outcomes,
