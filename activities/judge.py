@@ -13,13 +13,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern
-from taskfleet.activities.services.result_cache import ResultCache, cache_key
-from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
+from taskfleet.activities.services.lessons_index import normalize_pattern
+from taskfleet.activities.services.result_cache import cache_key
+from taskfleet.activities.services.template_cache import TemplateRenderError
 from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
 from taskfleet.activities.git.worktrees import BranchCheckedOut
-from taskfleet.activities.workspace import Workspace
-from taskfleet.activities.model_io.payload_store import PayloadStore
+from taskfleet.activities.model_role import ModelRole
 from taskfleet.activities.llm_api import submit_request
 from taskfleet.activities.model_io.stored_calls import stored_edits, stored_task, tool_input
 from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
@@ -27,7 +26,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.ids import slug
-from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.judge import (
     JUDGE_BY_COMMAND,
     JudgeAnswer,
@@ -165,18 +163,7 @@ def review_of(data: Any) -> Review:
     return Review(verdict=data["verdict"], reasons=list(data.get("reasons", [])), comments=comments)
 
 
-class JudgeActivities:
-    def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex,
-                 templates: TemplateCache, results: ResultCache, workspace: Workspace,
-                 store: PayloadStore) -> None:
-        self.settings = settings
-        self.llm = llm
-        self.store = store
-        self.lessons = lessons
-        self.templates = templates
-        self.results = results
-        self.workspace = workspace
-
+class JudgeActivities(ModelRole):
     def activities(self) -> list[Any]:
         return [self.prepare, self.run_command, self.record, self.verdict]
 

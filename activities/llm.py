@@ -13,15 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from git import Repo
-from taskfleet.activities.services.lessons_index import LessonsIndex
-from taskfleet.activities.services.result_cache import ResultCache, cache_key
-from taskfleet.activities.services.template_cache import TemplateCache
+from taskfleet.activities.services.result_cache import cache_key
 from taskfleet.activities.git.work_commit import commit_tree
 from taskfleet.activities.processes.executor import tail
 from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, task_key
 from taskfleet.activities.git.git_op_application import OpFailed, commit_env
 from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
-from taskfleet.activities.model_io.payload_store import PayloadStore
 from taskfleet.activities.model_io.stored_calls import (
     EDITS_TOOL,
     store_task,
@@ -33,7 +30,7 @@ from taskfleet.activities.git.queue_entry import base_commit_of
 from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
 from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, Worktree
-from taskfleet.activities.workspace import Workspace
+from taskfleet.activities.model_role import ModelRole
 from taskfleet.activities.processes.executor_policy import task_env_problem
 from taskfleet.activities.task_landing import submit_landing
 from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
@@ -41,7 +38,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from taskfleet.core.ids import slug
-from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.lessons import Lesson
 from taskfleet.core.models.llm import ApplyInput, FailureInput, PreparedRequest, SubmitInput
 from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
@@ -92,18 +88,7 @@ SHARED_RULES = (
     "edits). Make the smallest change that does the task.")
 
 
-class LLMActivities:
-    def __init__(self, settings: Any, llm: LLMSettings, lessons: LessonsIndex,
-                 templates: TemplateCache, results: ResultCache, workspace: Workspace,
-                 store: PayloadStore) -> None:
-        self.settings = settings
-        self.llm = llm
-        self.store = store
-        self.lessons = lessons
-        self.templates = templates
-        self.results = results
-        self.workspace = workspace
-
+class LLMActivities(ModelRole):
     def activities(self) -> list[Any]:
         return [self.prepare, self.apply, self.record_failure]
 

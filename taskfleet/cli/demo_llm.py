@@ -46,22 +46,14 @@ def llm_backend(answers: Path) -> Iterator[str]:
         where = os.environ.get("ANTHROPIC_BASE_URL") or "the Anthropic API"
         yield f"Claude: ANTHROPIC_API_KEY is set, so the demo calls {where} (this costs money)."
         return
-    standin = canned_standin(answers).start()
-    saved = {k: os.environ.get(k) for k in standin.env()}
-    os.environ.update(standin.env())
-    try:
-        yield (
-            "Claude: ANTHROPIC_API_KEY is not set, so the demo uses the bundled OFFLINE STAND-IN "
-            f"at {standin.url}: no model is called; its answers are canned ({answers.name}).")
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        calls = standin.calls
-        judged = len(standin.requests_for("submit_review"))
-        print(f"stand-in API calls: {calls['batches.create']} batch create(s) for "
-              f"{len(standin.requests)} request(s) ({len(standin.requests) - judged} implementer, "
-              f"{judged} judge), {calls['messages.create']} direct call(s)")
-        standin.stop()
+    with canned_standin(answers).serving() as standin:
+        try:
+            yield (
+                "Claude: ANTHROPIC_API_KEY is not set, so the demo uses the bundled OFFLINE STAND-IN "
+                f"at {standin.url}: no model is called; its answers are canned ({answers.name}).")
+        finally:
+            calls = standin.calls
+            judged = len(standin.requests_for("submit_review"))
+            print(f"stand-in API calls: {calls['batches.create']} batch create(s) for "
+                  f"{len(standin.requests)} request(s) ({len(standin.requests) - judged} implementer, "
+                  f"{judged} judge), {calls['messages.create']} direct call(s)")

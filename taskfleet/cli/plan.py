@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -45,24 +44,16 @@ async def _offline(args: argparse.Namespace) -> AsyncIterator[Planning]:
     from temporalio.worker import Worker
 
     state_dir = Path(tempfile.mkdtemp(prefix="taskfleet-plan-"))
-    standin = StandIn(batch_polls=1).start()
-    saved = {k: os.environ.get(k) for k in standin.env()}
-    os.environ.update(standin.env())
     task_queue = f"taskfleet-plan-offline-{uuid.uuid4().hex[:8]}"
     try:
         config = load_connect_config(args.address or "localhost:7233", args.namespace)
-        async with dev_server_session(config, state_dir) as session:
-            worker = Worker(session.client, task_queue=task_queue, plugins=[TaskfleetPlugin(
-                TaskfleetSettings(state_dir=state_dir / "worker"))])
-            async with worker:
-                yield Planning(client=session.client, task_queue=task_queue, offline=True)
+        with StandIn(batch_polls=1).serving():
+            async with dev_server_session(config, state_dir) as session:
+                worker = Worker(session.client, task_queue=task_queue, plugins=[TaskfleetPlugin(
+                    TaskfleetSettings(state_dir=state_dir / "worker"))])
+                async with worker:
+                    yield Planning(client=session.client, task_queue=task_queue, offline=True)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        standin.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
 
 

@@ -6,12 +6,14 @@ or a default behaviour, and counts every API call it serves."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -128,6 +130,23 @@ class StandIn:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    @contextmanager
+    def serving(self) -> Iterator[StandIn]:
+        """Started, with this process's environment (which in-process workers read) pointing at it;
+        the environment put back and the server stopped after."""
+        self.start()
+        saved = {k: os.environ.get(k) for k in self.env()}
+        os.environ.update(self.env())
+        try:
+            yield self
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            self.stop()
 
     def __enter__(self) -> StandIn:
         return self.start()
