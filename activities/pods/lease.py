@@ -343,18 +343,11 @@ class LeaseLock:
                 grant = await self.renew(lease)
             except asyncio.CancelledError:
                 raise
-            except RPCError as err:
-                if err.status == RPCStatusCode.NOT_FOUND:
-                    if await self._history_gone(lease):
-                        return
-                elif not failing:
-                    log.warning("renewing %s (token %d) failed, retrying: %s", self.resource,
-                                lease.token, root_cause_message(err))
-                failing = True
-                period = min(max(lease.lease_seconds / 10, 0.1), 1.0)
-                continue
             except Exception as err:  # noqa: BLE001 - retried; check() guards the meantime
-                if not failing:
+                gone = isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND
+                if gone and await self._history_gone(lease):
+                    return
+                if not failing and not gone:
                     log.warning("renewing %s (token %d) failed, retrying: %s", self.resource,
                                 lease.token, root_cause_message(err))
                 failing = True
