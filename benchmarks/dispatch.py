@@ -35,7 +35,15 @@ import time
 from pathlib import Path
 
 import sdk_baseline
-from common import cpu_ms_per_task, cpu_seconds, emit, landing_tail_seconds, run, run_board, temporal_worker
+from common import (
+    cpu_ms_per_task,
+    cpu_seconds,
+    emit,
+    landing_tail_seconds,
+    run,
+    run_board,
+    temporal_worker,
+)
 
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.testing import make_git_remote

@@ -16,8 +16,8 @@ from pathlib import Path
 from common import emit, run, run_board, temporal_worker
 
 from taskfleet.core.models.orchestrator import Board, TaskSpec
-from taskfleet.testing.standin import StandIn
 from taskfleet.testing import make_git_remote
+from taskfleet.testing.standin import StandIn
 
 TASK_QUEUE = "bench-llm"
 

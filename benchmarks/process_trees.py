@@ -26,10 +26,15 @@ import uuid
 from pathlib import Path
 
 from common import ROOT, emit, run
-
 from taskfleet.activities.processes.executor import run_command
 from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using_policy
-from taskfleet.activities.processes.process_trees import MODE_GROUP, MODE_NAMESPACE, ProcessTreesUnavailable, detect
+from taskfleet.activities.processes.process_trees import (
+    MODE_GROUP,
+    MODE_NAMESPACE,
+    ProcessTreesUnavailable,
+    detect,
+)
+
 from taskfleet.core.task_env import TaskEnvironment
 
 FAKE_WORKER = """

@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 from common import ROOT, emit, run
-
 from temporalio.testing import WorkflowEnvironment
 
 from taskfleet.core.search_attributes import ALL
 from taskfleet.devserver.server import find_temporal_cli
-from tests.scale_support import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
 from taskfleet.testing import make_git_remote
+from tests.scale_support import PAYLOADS_LIMIT_BYTES, history_figures, write_noop_board
 
 TASK_QUEUE = "bench-scale"
 

@@ -10,10 +10,15 @@ from temporalio.client import WorkflowFailureError
 
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
-from taskfleet.core.models.orchestrator import Board, OrchestratorInput, OrchestratorResult, TaskSpec
+from taskfleet.core.models.orchestrator import (
+    Board,
+    OrchestratorInput,
+    OrchestratorResult,
+    TaskSpec,
+)
 from taskfleet.core.names import ORCHESTRATOR_WORKFLOW
-from tests.scale_support import history_figures
 from tests.conftest import eventually, git, save_history
+from tests.scale_support import history_figures
 
 WRITE = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'
 

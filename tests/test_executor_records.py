@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from taskfleet.activities.processes.executor_records import JOURNAL_ROTATE_BYTES, TOKEN_VARIABLE, ExecutorRecords
+from taskfleet.activities.processes.executor_records import (
+    JOURNAL_ROTATE_BYTES,
+    TOKEN_VARIABLE,
+    ExecutorRecords,
+)
 
 
 def sleeper(token: str) -> subprocess.Popen:

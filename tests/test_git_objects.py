@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from taskfleet.core.git_objects import GitStoreError, compare_and_swap, is_repository, keep, resolve, write_blob, write_commit, write_tree
+from taskfleet.core.git_objects import (
+    GitStoreError,
+    compare_and_swap,
+    is_repository,
+    keep,
+    resolve,
+    write_blob,
+    write_commit,
+    write_tree,
+)
 from tests.conftest import GitRemoteFixture, git
 
 

@@ -9,15 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.llm_ids import llm_batch_workflow_id
 from taskfleet.core.models.llm import LLMBatchStatus
-from taskfleet.testing.standin import StandIn
 from taskfleet.core.names import LLM_BATCH_WORKFLOW, QUERY_STATUS, SIGNAL_FLUSH, SIGNAL_SUBMIT
+from taskfleet.testing.standin import StandIn
 from tests.conftest import WorkerProcess, eventually
 from tests.llm_support import FAST_POLLS, standin_env
 from tests.test_llm_tasks import assert_landed, llm_board

@@ -17,8 +17,7 @@ from taskfleet.core.models.llm import LLMBatchStatus
 from taskfleet.core.models.orchestrator import OrchestratorResult
 from taskfleet.core.names import QUERY_STATUS
 from taskfleet.core.settings import TaskfleetSettings
-from taskfleet.testing.standin import StandIn
-from taskfleet.testing.standin import FAKE_API_KEY
+from taskfleet.testing.standin import FAKE_API_KEY, StandIn
 from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import payload_text, standin_env
 

@@ -13,7 +13,14 @@ from temporalio.client import Client, WorkflowFailureError
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.boards import BoardError, parse_toml_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
-from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, git, processes_with_environ, save_history
+from tests.conftest import (
+    GitRemoteFixture,
+    WorkerProcess,
+    eventually,
+    git,
+    processes_with_environ,
+    save_history,
+)
 
 pytestmark = pytest.mark.heavy(seconds=30, waits=True)  # one of the longest files: `make test` starts it early
 

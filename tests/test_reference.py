@@ -3,7 +3,13 @@ environment variable the code reads is on docs/reference/environment.md (and onl
 
 from __future__ import annotations
 
-from tests.reference_docs import GENERATED, ROOT, missing_raw_inputs, variables_in_code, variables_in_page
+from tests.reference_docs import (
+    GENERATED,
+    ROOT,
+    missing_raw_inputs,
+    variables_in_code,
+    variables_in_page,
+)
 
 # Named by the deployment files, not by the product's code.
 DEPLOYMENT_ONLY = {"TASKFLEET_REPOS_DIR"}

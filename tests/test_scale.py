@@ -12,8 +12,8 @@ import pytest
 from taskfleet.clients.board_store import store_board_file
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.clients.run_store import iter_run_outcomes
-from tests.scale_support import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
 from tests.conftest import WorkerProcess
+from tests.scale_support import PAYLOADS_LIMIT_BYTES, history_figures, page_starts, write_noop_board
 
 pytestmark = pytest.mark.heavy(seconds=100)  # one of the longest files: `make test` starts it early
 

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-
+from taskfleet.activities.git.git_async import GitError, _git_once
 from taskfleet.activities.pods.shared_clone import (
     forget_worktree,
     git_retrying,
@@ -20,7 +20,7 @@ from taskfleet.activities.pods.shared_clone import (
     registrations,
     worktree_add_args,
 )
-from taskfleet.activities.git.git_async import GitError, _git_once
+
 from tests.conftest import GitRemoteFixture, git
 
 

@@ -323,10 +323,13 @@ async def test_executors_die_with_a_killed_worker_and_the_retry_lands_only_its_o
 async def test_an_outcome_sent_by_another_client_with_the_run_s_op_id_is_not_credited(
     client, make_worker, task_queue, git_remote, tmp_path
 ):
+    from taskfleet.workflows.orchestrator.landings import (
+        batcher_id,  # the batcher of this queue (C2)
+    )
+
     from taskfleet.core.ids import landing_op_id
     from taskfleet.core.models.git_batch import GitBatchStats, GitOpsLanded, OpOutcome
     from taskfleet.core.names import QUERY_STATS, SIGNAL_GIT_OPS_LANDED
-    from taskfleet.workflows.orchestrator.landings import batcher_id  # the batcher of this queue (C2)
 
     git_remote.install_hook("pre-receive", 'while read old new ref; do [ "$ref" = refs/heads/task/T1 ] && exit 1; done\nexit 0\n')
     gate = tmp_path / "gate"
