@@ -4,7 +4,8 @@ task's process group gone and every worktree removed, for tasks whose own timeou
 Tasks are cancelled after each has heartbeated once (the worst case: the SDK holds the next
 heartbeat for its throttle interval, and a cancel reaches an activity only in a heartbeat's answer).
 With the plugin's 1 s throttle and, in full mode, once with the SDK's throttle for comparison
-(`max_heartbeat_throttle_interval` 59 s: min(0.8 x 30 s heartbeat timeout, 59 s) = 24 s). Prints JSON.
+(`max_heartbeat_throttle_interval` 59 s: min(0.8 x 30 s heartbeat timeout, 59 s) = 24 s).
+Prints JSON.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def processes_with_environ(entry: str) -> list[int]:
             try:
                 with open(f"/proc/{name}/environ", "rb") as handle:
                     if needle in b"\0" + handle.read() + b"\0":
-                        if Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                        if (Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                                != "Z"):
                             found.append(int(name))
             except (OSError, IndexError):
                 pass
@@ -57,13 +59,15 @@ async def until(check, timeout: float = 120.0, interval: float = 0.01) -> None:
         await asyncio.sleep(interval)
 
 
-async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int, task_queue: str) -> dict:
+async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int,
+                      task_queue: str) -> dict:
     pids = scratch / f"pids-{time.time_ns()}"
     pids.mkdir(parents=True)
     run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; export BENCH_CANCEL={pids.name}; exec sleep 3600'
-    specs = [TaskSpec(id=f"c{i}", run=run, verify="true", timeout_seconds=3600) for i in range(tasks)]
-    handle = await start_board(client, Board(tasks=specs, name="bench-cancel", max_parallel=tasks), str(repo),
-                               task_queue=task_queue)
+    specs = [TaskSpec(id=f"c{i}", run=run, verify="true", timeout_seconds=3600)
+             for i in range(tasks)]
+    handle = await start_board(client, Board(tasks=specs, name="bench-cancel", max_parallel=tasks),
+                               str(repo), task_queue=task_queue)
 
     async def all_heartbeated() -> bool:
         if len(list(pids.iterdir())) < tasks:
@@ -91,34 +95,41 @@ async def cancel_once(client, repo: Path, state: Path, scratch: Path, tasks: int
 
     await until(all_gone)
     gone = time.perf_counter() - started
-    return {"run_closed_seconds": round(closed, 3), "processes_and_worktrees_gone_seconds": round(gone, 3)}
+    return {"run_closed_seconds": round(closed, 3),
+            "processes_and_worktrees_gone_seconds": round(gone, 3)}
 
 
 def summary(runs: list[dict]) -> dict:
     gone = [r["processes_and_worktrees_gone_seconds"] for r in runs]
-    return {"gone_seconds_median": round(statistics.median(gone), 3), "gone_seconds_max": max(gone), "runs": runs}
+    return {"gone_seconds_median": round(statistics.median(gone), 3),
+            "gone_seconds_max": max(gone), "runs": runs}
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="2 tasks, one cancel, no SDK-throttle comparison")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 tasks, one cancel, no SDK-throttle comparison")
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     tasks, repeat = (2, 1) if args.quick else (args.tasks, args.repeat)
-    figures: dict = {"quick": args.quick, "tasks": tasks, "load_average_1m_before": round(os.getloadavg()[0], 2)}
+    figures: dict = {"quick": args.quick, "tasks": tasks,
+                     "load_average_1m_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         fx = make_git_remote(root / "git")
         async with temporal_worker(TASK_QUEUE, root / "state") as client:
-            runs = [await cancel_once(client, fx.clone, root / "state", root, tasks, TASK_QUEUE) for _ in range(repeat)]
+            runs = [await cancel_once(client, fx.clone, root / "state", root, tasks, TASK_QUEUE)
+                    for _ in range(repeat)]
             figures["plugin_throttle_1s"] = summary(runs)
             if not args.quick:
                 sdk_queue = TASK_QUEUE + "-sdk-throttle"
                 state = root / "state-sdk"
-                async with Worker(client, task_queue=sdk_queue, plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=state))],
+                async with Worker(client, task_queue=sdk_queue,
+                                  plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=state))],
                                   max_heartbeat_throttle_interval=timedelta(seconds=59)):
-                    figures["sdk_throttle_24s"] = summary([await cancel_once(client, fx.clone, state, root, tasks, sdk_queue)])
+                    figures["sdk_throttle_24s"] = summary(
+                        [await cancel_once(client, fx.clone, state, root, tasks, sdk_queue)])
     figures["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     emit(figures)
 

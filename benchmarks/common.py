@@ -44,11 +44,11 @@ EXTRA_SERVER_ARGS = [a for a in os.environ.get("BENCH_SERVER_ARGS", "").split() 
 
 
 @asynccontextmanager
-async def temporal_worker(task_queue: str, state_dir: Path, **worker_kwargs) -> AsyncIterator[Client]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_cli(), search_attributes=ALL, dev_server_log_level="error",
-        dev_server_extra_args=EXTRA_SERVER_ARGS,
-    )
+async def temporal_worker(task_queue: str, state_dir: Path,
+                          **worker_kwargs) -> AsyncIterator[Client]:
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_temporal_cli(),
+                                                search_attributes=ALL, dev_server_log_level="error",
+                                                dev_server_extra_args=EXTRA_SERVER_ARGS)
     try:
         worker = Worker(
             env.client,
@@ -102,12 +102,14 @@ def cpu_seconds() -> dict[str, float]:
                 server += (int(fields[11]) + int(fields[12])) / tick
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"worker": own.ru_utime + own.ru_stime, "children": children.ru_utime + children.ru_stime,
-            "server": server}
+    own, children = (resource.getrusage(resource.RUSAGE_SELF),
+                     resource.getrusage(resource.RUSAGE_CHILDREN))
+    return {"worker": own.ru_utime + own.ru_stime,
+            "children": children.ru_utime + children.ru_stime, "server": server}
 
 
-def cpu_ms_per_task(before: dict[str, float], after: dict[str, float], tasks: int) -> dict[str, float]:
+def cpu_ms_per_task(before: dict[str, float], after: dict[str, float],
+                    tasks: int) -> dict[str, float]:
     spent = {key: (after[key] - before[key]) * 1000 / tasks for key in before}
     spent["total"] = sum(spent.values())
     return {key: round(value, 2) for key, value in spent.items()}

@@ -8,7 +8,8 @@ absolute floor). Cases with worktrees compare against the same task written with
 (`worktree_commit_push`: a worktree on its own branch, the two processes, a commit and a push of
 the branch per task); the ratio against a baseline that only adds and removes a worktree (no
 commit, no push) is printed beside it. The branches a baseline run made are deleted after it,
-untimed, so every run meets a clone and a remote of the same size. Every taskfleet task runs with `refresh` (no result cache).
+untimed, so every run meets a clone and a remote of the same size. Every taskfleet task runs with
+`refresh` (no result cache).
 
 `ratio_with_over_without_worktrees` is taskfleet's own efficiency with worktrees over without, per
 case measured both ways; `git_work_floor` times, alone, the git work a with-worktrees task adds (its
@@ -52,18 +53,19 @@ TASK_QUEUE = "bench-dispatch"
 BASELINE_QUEUE = "bench-dispatch-baseline"
 
 
-async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int, worktree: bool = False,
-                   max_history_events: int = 0) -> dict:
+async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
+                   worktree: bool = False, max_history_events: int = 0) -> dict:
     command = f"sleep {seconds}" if seconds else "true"
     if worktree:
         command += ' && echo "$TASKFLEET_TASK_ID" > done.txt'
     # refresh: every run does the work (the result cache would otherwise answer repeated runs).
-    tasks = [TaskSpec(id=f"t{i}", run=command, verify="true", worktree=worktree, timeout_seconds=600, refresh=True)
-             for i in range(n)]
+    tasks = [TaskSpec(id=f"t{i}", run=command, verify="true", worktree=worktree,
+                      timeout_seconds=600, refresh=True) for i in range(n)]
     handles: list = []
-    result, wall = await run_board(client, Board(tasks=tasks, name=f"bench-{n}", max_parallel=concurrency), repo,
-                                   handles=handles, task_queue=TASK_QUEUE, max_history_events=max_history_events,
-                                   git_max_batch_age_seconds=60)
+    result, wall = await run_board(
+        client, Board(tasks=tasks, name=f"bench-{n}", max_parallel=concurrency), repo,
+        handles=handles, task_queue=TASK_QUEUE, max_history_events=max_history_events,
+        git_max_batch_age_seconds=60)
     tail = await landing_tail_seconds(handles[0]) if worktree else 0.0
     ideal = math.ceil(n / concurrency) * seconds
     failed = [t.id for t in result.tasks if t.status != "succeeded"]
@@ -92,7 +94,8 @@ async def run_case(client, repo: Path, n: int, seconds: float, concurrency: int,
     }
 
 
-async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, worktree: bool, repeat: int) -> dict:
+async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, worktree: bool,
+                  repeat: int) -> dict:
     """taskfleet and the bare SDK on the same tasks, alternating which goes first."""
     ideal = math.ceil(n / concurrency) * seconds
     # With worktrees the baseline does the same task the bare-SDK way (worktree, processes, commit,
@@ -107,16 +110,20 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
         for side in (("taskfleet", "baseline") if rep % 2 == 0 else ("baseline", "taskfleet")):
             before = cpu_seconds()
             if side == "taskfleet":
-                ours.append(await run_case(client, repo, n, seconds, concurrency, worktree=worktree))
+                ours.append(
+                    await run_case(client, repo, n, seconds, concurrency, worktree=worktree))
                 cpu["taskfleet"].append(cpu_ms_per_task(before, cpu_seconds(), n))
                 continue
-            wall = await sdk_baseline.run_once(client, activity, n, seconds, concurrency, str(repo), BASELINE_QUEUE)
+            wall = await sdk_baseline.run_once(client, activity, n, seconds, concurrency, str(repo),
+                                               BASELINE_QUEUE)
             baseline.append(round(ideal / wall, 3))
             cpu[activity].append(cpu_ms_per_task(before, cpu_seconds(), n))
-            sdk_baseline.forget_branches(str(repo))  # untimed: each run meets a clone of the same size
+            # untimed: each run meets a clone of the same size
+            sdk_baseline.forget_branches(str(repo))
             if extra:
                 before = cpu_seconds()
-                wall = await sdk_baseline.run_once(client, extra, n, seconds, concurrency, str(repo), BASELINE_QUEUE)
+                wall = await sdk_baseline.run_once(client, extra, n, seconds, concurrency,
+                                                   str(repo), BASELINE_QUEUE)
                 worktree_only.append(round(ideal / wall, 3))
                 cpu[extra].append(cpu_ms_per_task(before, cpu_seconds(), n))
     ours_eff = statistics.median(r["efficiency"] for r in ours)
@@ -130,8 +137,10 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
         "taskfleet_efficiency_runs": [r["efficiency"] for r in ours],
         "baseline_efficiency_runs": baseline,
         "taskfleet_failed": sum(r["failed"] for r in ours),
-        "taskfleet_overhead_ms_per_task": statistics.median(r["overhead_ms_per_task"] for r in ours),
-        "landing_overhead_ms_per_task": statistics.median(r["landing_overhead_ms_per_task"] for r in ours),
+        "taskfleet_overhead_ms_per_task": statistics.median(
+            r["overhead_ms_per_task"] for r in ours),
+        "landing_overhead_ms_per_task": statistics.median(
+            r["landing_overhead_ms_per_task"] for r in ours),
         "landing_tail_ms_per_task": statistics.median(r["landing_tail_ms_per_task"] for r in ours),
         # Where each side's CPU went, ms per task (median per place): the cores both sides share
         # bound the ratio once the tasks' own sleeping no longer hides it.
@@ -142,7 +151,8 @@ async def compare(client, repo: Path, n: int, seconds: float, concurrency: int, 
     }
     if extra:
         figures["worktree_only_baseline_efficiency"] = statistics.median(worktree_only)
-        figures["ratio_taskfleet_over_worktree_only_baseline"] = round(ours_eff / statistics.median(worktree_only), 3)
+        figures["ratio_taskfleet_over_worktree_only_baseline"] = round(
+            ours_eff / statistics.median(worktree_only), 3)
     return figures
 
 
@@ -150,26 +160,30 @@ def git_work_floor(root: Path, n: int) -> dict:
     """What a with-worktrees task must do and a task without one does not, timed alone (one git
     process at a time, no run in flight): `git add -A` + `git commit` of one new file in its own
     worktree, and one push of the n task branches to a bare remote. No scheduling can make a
-    with-worktrees run cheaper than this on this machine: the figures bound the with/without ratio."""
+    with-worktrees run cheaper than this on this machine: the figures bound the with/without
+    ratio."""
     fx = make_git_remote(root)
     branches = [f"floor/t{i}" for i in range(n)]
     trees = [root / f"wt{i}" for i in range(n)]
     for branch, tree in zip(branches, trees):
-        subprocess.run(["git", "worktree", "add", "-q", "-b", branch, str(tree), "HEAD"], cwd=fx.clone, check=True)
+        subprocess.run(["git", "worktree", "add", "-q", "-b", branch, str(tree), "HEAD"],
+                       cwd=fx.clone, check=True)
     commits = []
     for tree in trees:
         (tree / "done.txt").write_text(tree.name)
         started = time.perf_counter()
         subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
-        subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify", "-m", tree.name],
-                       cwd=tree, check=True)
+        subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "commit", "-q", "--no-verify",
+                        "-m", tree.name], cwd=tree, check=True)
         commits.append(time.perf_counter() - started)
     pushes = []
     for _ in range(3):
         started = time.perf_counter()
-        subprocess.run(["git", "push", "-q", "--force", "origin", *branches], cwd=fx.clone, check=True)
+        subprocess.run(["git", "push", "-q", "--force", "origin", *branches],
+                       cwd=fx.clone, check=True)
         pushes.append(time.perf_counter() - started)
-        subprocess.run(["git", "push", "-q", "origin", *[f":{b}" for b in branches]], cwd=fx.clone, check=True)
+        subprocess.run(["git", "push", "-q", "origin", *[f":{b}" for b in branches]],
+                       cwd=fx.clone, check=True)
     commit_ms, push_ms = 1000 * statistics.median(commits), 1000 * statistics.median(pushes)
     cpus = os.cpu_count() or 1
     return {
@@ -194,7 +208,8 @@ def with_over_without(compared: dict, floor: dict) -> dict:
         if figures["tasks"] == floor["tasks"]:
             ideal = math.ceil(figures["tasks"] / figures["concurrency"]) * figures["task_seconds"]
             wall = ideal / plain["taskfleet_efficiency"]
-            ratios[f"{key}_best_possible"] = round(wall / (wall + floor["least_added_ms"] / 1000), 3)
+            ratios[f"{key}_best_possible"] = round(
+                wall / (wall + floor["least_added_ms"] / 1000), 3)
     return ratios
 
 
@@ -214,17 +229,19 @@ async def main() -> None:
             "9x0.5s_c9_with_worktrees": (9, 0.5, 9, True),
         }
         repeat, noop = args.repeat, (1000, 100)
-    figures: dict = {"quick": args.quick, "cpus": os.cpu_count(), "load_average_1m_before": round(os.getloadavg()[0], 2)}
+    figures: dict = {"quick": args.quick, "cpus": os.cpu_count(),
+                     "load_average_1m_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory() as tmp:
         fx = make_git_remote(Path(tmp) / "git")
-        async with temporal_worker(TASK_QUEUE, Path(tmp) / "state", max_concurrent_activities=200,
-                                   max_concurrent_activity_task_polls=int(os.environ.get("POLLS", "5"))) as client:
+        async with temporal_worker(
+                TASK_QUEUE, Path(tmp) / "state", max_concurrent_activities=200,
+                max_concurrent_activity_task_polls=int(os.environ.get("POLLS", "5"))) as client:
             async with sdk_baseline.baseline_worker(client, BASELINE_QUEUE):
                 await run_case(client, fx.clone, 20, 0, 20)  # warm-up: server caches, imports
-                await sdk_baseline.run_once(client, "two_processes", 20, 0, 20, task_queue=BASELINE_QUEUE)
-                figures["compare"] = {
-                    key: await compare(client, fx.clone, *case, repeat=repeat) for key, case in cases.items()
-                }
+                await sdk_baseline.run_once(client, "two_processes", 20, 0, 20,
+                                            task_queue=BASELINE_QUEUE)
+                figures["compare"] = {key: await compare(client, fx.clone, *case, repeat=repeat)
+                                      for key, case in cases.items()}
                 n, c = noop
                 figures[f"{n}_noop_c{c}"] = await run_case(client, fx.clone, n, 0, c)
                 if not args.quick:
@@ -232,7 +249,8 @@ async def main() -> None:
                         client, fx.clone, 2000, 0, 100, max_history_events=2000
                     )
         figures["git_work_floor"] = git_work_floor(Path(tmp) / "floor", 9)
-        figures["ratio_with_over_without_worktrees"] = with_over_without(figures["compare"], figures["git_work_floor"])
+        figures["ratio_with_over_without_worktrees"] = with_over_without(
+            figures["compare"], figures["git_work_floor"])
     figures["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     emit(figures)
 

@@ -65,7 +65,8 @@ async def _until_all_reported(gb: GitBatcherClient, fx, ops: list[GitOp], timeou
 
 
 async def land(client, task_queue: str, fx, ops: list[GitOp], batch_size: int) -> dict:
-    config = GitBatchConfig(repo=str(fx.clone), max_batch_size=batch_size, max_batch_age_seconds=3600)
+    config = GitBatchConfig(repo=str(fx.clone), max_batch_size=batch_size,
+                            max_batch_age_seconds=3600)
     gb = GitBatcherClient(client, config, task_queue)
     sender = await asyncio.create_subprocess_exec(
         sys.executable, str(Path(__file__).with_name("send_ops.py")),
@@ -105,10 +106,12 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per mode; medians are compared")
     parser.add_argument("--transport", choices=["local", "ssh_delay"], action="append",
                         help="measure only this transport (repeatable; default: both)")
-    parser.add_argument("--quick", action="store_true", help="10 ops in batches of 5, once, local only: seconds")
+    parser.add_argument("--quick", action="store_true",
+                        help="10 ops in batches of 5, once, local only: seconds")
     args = parser.parse_args()
     if args.quick:
-        args.ops, args.max_batch_size, args.repeat, args.transport = 10, 5, 1, args.transport or ["local"]
+        args.ops, args.max_batch_size, args.repeat, args.transport = (
+            10, 5, 1, args.transport or ["local"])
     figures: dict = {"quick": args.quick, "ops": args.ops, "max_batch_size": args.max_batch_size}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -117,16 +120,20 @@ async def main() -> None:
         async with temporal_worker("bench-git", root / "state") as client:
             # Unmeasured: the first landing pays one-time costs (imports, the server's caches).
             for size in (args.max_batch_size, 1):
-                await land(client, "bench-git", *prepare(root / f"warm-up-{size}", args.max_batch_size, ssh=False), size)
+                await land(client, "bench-git",
+                           *prepare(root / f"warm-up-{size}", args.max_batch_size, ssh=False), size)
             for transport in args.transport or ("local", "ssh_delay"):
                 runs: dict = {"batched": [], "single": []}
                 for rep in range(args.repeat):  # alternate the modes so drift hits both alike
                     for mode, size in (("batched", args.max_batch_size), ("single", 1)):
-                        fx, ops = prepare(root / f"{transport}-{mode}-{rep}", args.ops, ssh=transport != "local")
+                        fx, ops = prepare(root / f"{transport}-{mode}-{rep}", args.ops,
+                                          ssh=transport != "local")
                         runs[mode].append(await land(client, "bench-git", fx, ops, size))
-                walls = {m: statistics.median(r["wall_seconds"] for r in runs[m]) for m in ("batched", "single")}
+                walls = {m: statistics.median(r["wall_seconds"] for r in runs[m])
+                         for m in ("batched", "single")}
                 runs["median_wall_seconds"] = walls
-                runs["wall_ratio_batched_over_single"] = round(walls["batched"] / walls["single"], 3)
+                runs["wall_ratio_batched_over_single"] = round(
+                    walls["batched"] / walls["single"], 3)
                 runs["expected_batched_pushes"] = math.ceil(args.ops / args.max_batch_size)
                 if transport == "ssh_delay":
                     runs["delay_per_connection_seconds"] = args.delay

@@ -38,13 +38,15 @@ from taskfleet.core.git_objects import compare_and_swap, object_reader, open_rep
 from taskfleet.testing import make_git_remote  # noqa: E402
 
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-       "GIT_COMMITTER_EMAIL": "b@b", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "gc.auto", "GIT_CONFIG_VALUE_0": "0"}
+       "GIT_COMMITTER_EMAIL": "b@b", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "gc.auto",
+       "GIT_CONFIG_VALUE_0": "0"}
 
 # The path taskfleet takes per step, and the porcelain path it replaces.
-CHOSEN = {"prepare": "pygit2", "changes": "inotify watch", "commit": "pygit2", "refs": "pygit2 transaction",
-          "scrub": "pygit2 restore of known paths", "read": "pygit2"}
+CHOSEN = {"prepare": "pygit2", "changes": "inotify watch", "commit": "pygit2",
+          "refs": "pygit2 transaction", "scrub": "pygit2 restore of known paths", "read": "pygit2"}
 PORCELAIN = {"prepare": "git checkout -B", "changes": "git add -A", "commit": "git commit (index)",
-             "refs": "git update-ref", "scrub": "git reset --hard + clean -ffdx", "read": "git cat-file --batch"}
+             "refs": "git update-ref", "scrub": "git reset --hard + clean -ffdx",
+             "read": "git cat-file --batch"}
 
 
 def git(cwd: Path, *args: str, data: bytes | None = None) -> str:
@@ -104,9 +106,11 @@ def tree_entries(raw: bytes) -> list[tuple[bytes, bytes, bytes]]:
     return out
 
 
-def hand_tree(repo: pygit2.Repository, git_dir: Path, tree_id: str, changes: dict[str, tuple[str, bytes]]) -> str:
+def hand_tree(repo: pygit2.Repository, git_dir: Path, tree_id: str,
+              changes: dict[str, tuple[str, bytes]]) -> str:
     """`tree_id` with `changes` ({path: (blob id, mode)}) applied, objects written by hand."""
-    entries = {name: (mode, oid) for mode, name, oid in tree_entries(repo[tree_id].read_raw())} if tree_id else {}
+    entries = ({name: (mode, oid) for mode, name, oid in tree_entries(repo[tree_id].read_raw())}
+               if tree_id else {})
     nested: dict[bytes, dict] = {}
     for path, (oid, mode) in changes.items():
         head, _, rest = path.partition("/")
@@ -116,7 +120,8 @@ def hand_tree(repo: pygit2.Repository, git_dir: Path, tree_id: str, changes: dic
             entries[head.encode()] = (mode, bytes.fromhex(oid))
     for name, sub in nested.items():
         current = entries.get(name)
-        sub_id = hand_tree(repo, git_dir, current[1].hex() if current and current[0] == b"40000" else "", sub)
+        sub_id = hand_tree(repo, git_dir,
+                           current[1].hex() if current and current[0] == b"40000" else "", sub)
         entries[name] = (b"40000", bytes.fromhex(sub_id))
     ordered = sorted(entries.items(), key=lambda e: e[0] + (b"/" if e[1][0] == b"40000" else b""))
     content = b"".join(mode + b" " + name + b"\0" + oid for name, (mode, oid) in ordered)
@@ -134,8 +139,8 @@ class Batch:
                                     stdout=subprocess.PIPE, env=ENV)
         self.mktree = subprocess.Popen(["git", "mktree", "--batch"], cwd=cwd, stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, env=ENV)
-        self.refs = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=cwd, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=ENV)
+        self.refs = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=ENV)
 
     def read(self, spec: str) -> bytes:
         self.cat.stdin.write(spec.encode() + b"\n")
@@ -226,10 +231,12 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
         detach_head(slot, base)
         add("prepare", "pygit2", timed(lambda: point_branch(slot, b, base)))
         detach_head(slot, base)
-        add("prepare", "git update-ref + symbolic-ref", timed(lambda: (
-            git(slot, "update-ref", f"refs/heads/bench/u{i}", base), git(slot, "symbolic-ref", "HEAD", f"refs/heads/bench/u{i}"))))
+        add("prepare", "git update-ref + symbolic-ref",
+            timed(lambda: (git(slot, "update-ref", f"refs/heads/bench/u{i}", base),
+                           git(slot, "symbolic-ref", "HEAD", f"refs/heads/bench/u{i}"))))
         detach_head(slot, base)
-        add("prepare", "git checkout -B", timed(lambda: git(slot, "checkout", "-q", "-B", f"bench/c{i}", base)))
+        add("prepare", "git checkout -B",
+            timed(lambda: git(slot, "checkout", "-q", "-B", f"bench/c{i}", base)))
         detach_head(slot, base)
 
         # changes: what the command changed
@@ -259,30 +266,36 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
         def pygit2_commit() -> None:
             who = pygit2.Signature("b", "b@b")
             tree = snapshot(slot, base, touched)
-            made["commit"] = str(repo.create_commit(None, who, who, "m\n", pygit2.Oid(hex=tree), [pygit2.Oid(hex=base)]))
+            made["commit"] = str(repo.create_commit(None, who, who, "m\n", pygit2.Oid(hex=tree),
+                                                    [pygit2.Oid(hex=base)]))
         add("commit", "pygit2", timed(pygit2_commit))
 
         def batch_commit() -> None:
             files = [p for p in touched if (slot / p).is_file()]
-            ids = git(slot, "hash-object", "-w", "--stdin-paths", data="\n".join(files).encode()).split()
+            ids = git(slot, "hash-object", "-w", "--stdin-paths",
+                      data="\n".join(files).encode()).split()
             base_tree = batch.read(base).split(b"\n", 1)[0].split()[1].decode()  # "tree <id>"
             new = batch.edit_tree(base_tree, {p: (oid, "100644") for p, oid in zip(files, ids)})
             git(slot, "commit-tree", new, "-p", base, "-m", "m")
         fresh("batch")
-        add("commit", "git batch (hash-object --stdin-paths -w, mktree --batch, commit-tree)", timed(batch_commit))
+        add("commit", "git batch (hash-object --stdin-paths -w, mktree --batch, commit-tree)",
+            timed(batch_commit))
 
         def hand_commit() -> None:
             files = [p for p in touched if (slot / p).is_file()]
-            changes = {p: (loose_write(common, "blob", (slot / p).read_bytes()), b"100644") for p in files}
+            changes = {p: (loose_write(common, "blob", (slot / p).read_bytes()), b"100644")
+                       for p in files}
             new = hand_tree(repo, common, str(repo[base].peel(pygit2.Tree).id), changes)
             stamp = f"b <b@b> {int(time.time())} +0000"
-            loose_write(common, "commit", f"tree {new}\nparent {base}\nauthor {stamp}\ncommitter {stamp}\n\nm\n".encode())
+            loose_write(common, "commit", f"tree {new}\nparent {base}\nauthor {stamp}\n"
+                                          f"committer {stamp}\n\nm\n".encode())
         fresh("hand")
         add("commit", "hand-written objects", timed(hand_commit))
 
         git(slot, "add", "-A")
         git(slot, "checkout", "-q", "-b", f"bench/k{i}")
-        add("commit", "git commit (index)", timed(lambda: git(slot, "commit", "-q", "--no-verify", "-m", "m")))
+        add("commit", "git commit (index)",
+            timed(lambda: git(slot, "commit", "-q", "--no-verify", "-m", "m")))
         git(slot, "reset", "-q", "--soft", base)  # staged again, for the next variant's scrub
         commit = made["commit"]
 
@@ -295,7 +308,8 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
             ("git update-ref --stdin (transaction)", lambda r: batch.update(r, commit, base)),
             ("git update-ref", lambda r: git(slot, "update-ref", r, commit, base)),
         ):
-            ref = f"refs/heads/bench/r{i}-{len(samples.get('refs', {}).get(way, []))}-{way.split()[0]}"
+            ref = (f"refs/heads/bench/r{i}-{len(samples.get('refs', {}).get(way, []))}"
+                   f"-{way.split()[0]}")
             git(slot, "update-ref", ref, base)
             add("refs", way, timed(lambda: move(ref)))
 
@@ -314,12 +328,15 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
         touched = task_edits(slot, i + 1000)
         verify_leftovers()
         known = watch.take()
-        add("scrub", "pygit2 restore of known paths", timed(lambda: (detach_head(slot, base), restore_paths(slot, base, known))))
-        assert git(slot, "status", "--porcelain", "--ignored") == "", "a known-paths scrub left something"
+        add("scrub", "pygit2 restore of known paths",
+            timed(lambda: (detach_head(slot, base), restore_paths(slot, base, known))))
+        assert git(slot, "status", "--porcelain", "--ignored") == "", (
+            "a known-paths scrub left something")
         task_edits(slot, i + 2000)
         verify_leftovers()
         add("scrub", "git reset --hard + clean -ffdx", timed(lambda: (
-            detach_head(slot, base), git(slot, "reset", "-q", "--hard"), git(slot, "clean", "-qffdx"))))
+            detach_head(slot, base), git(slot, "reset", "-q", "--hard"),
+            git(slot, "clean", "-qffdx"))))
         watch.take()
 
         # read: one stored object, as the stores read a board or a chunk of outcomes
@@ -338,7 +355,8 @@ def measure(clone: Path, reps: int, edit_path: str) -> dict:
 
     watch.close()
     batch.close()
-    steps = {step: {way: round(statistics.median(v), 3) for way, v in ways.items()} for step, ways in samples.items()}
+    steps = {step: {way: round(statistics.median(v), 3) for way, v in ways.items()}
+             for step, ways in samples.items()}
     fastest = {step: min(ways, key=ways.get) for step, ways in steps.items()}
     task_steps = ("prepare", "changes", "commit", "refs", "scrub")
     ours = sum(steps[s][CHOSEN[s]] for s in task_steps)
@@ -384,7 +402,8 @@ def main() -> None:
             "quick": args.quick,
             "repositories": {
                 "demo": measure(demo, args.reps, demo_file),
-                f"generated_{args.files}_files": measure(generated(root / "big", args.files), args.reps, "src/d0/f0.txt"),
+                f"generated_{args.files}_files": measure(generated(root / "big", args.files),
+                                                         args.reps, "src/d0/f0.txt"),
             },
         }
     finally:

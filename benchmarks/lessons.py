@@ -52,10 +52,10 @@ def synthetic_lessons(n: int, seed: int = 7) -> list[dict]:
     offsets = sorted(rng.randint(0, 300 * 86_400) for _ in range(n))
     lessons = []
     for i in range(n):
-        msg = rng.choice(TEMPLATES).format(
-            n=rng.randint(1, 999), m=rng.randint(1, 999), w1=rng.choice(words), w2=rng.choice(words),
-            w3=rng.choice(words), ext=rng.choice(["py", "go", "ts"]), hex=f"{rng.getrandbits(40):010x}",
-        )
+        msg = rng.choice(TEMPLATES).format(n=rng.randint(1, 999), m=rng.randint(1, 999),
+                                           w1=rng.choice(words), w2=rng.choice(words),
+                                           w3=rng.choice(words), ext=rng.choice(["py", "go", "ts"]),
+                                           hex=f"{rng.getrandbits(40):010x}")
         seen = start + timedelta(seconds=offsets[i])
         lessons.append({
             "id": f"lesson-{i}",
@@ -120,7 +120,8 @@ def main() -> None:
     parser.add_argument("--lessons", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=2_000)
     parser.add_argument("--scans", type=int, default=5, help="linear scans to time (each is slow)")
-    parser.add_argument("--quick", action="store_true", help="5,000 lessons, 200 queries, 2 scans: seconds")
+    parser.add_argument("--quick", action="store_true",
+                        help="5,000 lessons, 200 queries, 2 scans: seconds")
     args = parser.parse_args()
     if args.quick:
         args.lessons, args.queries, args.scans = 5_000, 200, 2
@@ -142,7 +143,8 @@ def main() -> None:
             builds.append(time.perf_counter() - started)
         build = statistics.median(builds)
 
-        keyed_calls = [(LessonQuery(task_type=rng.choice(TASK_TYPES), limit=20),) for _ in range(args.queries)]
+        keyed_calls = [(LessonQuery(task_type=rng.choice(TASK_TYPES), limit=20),)
+                       for _ in range(args.queries)]
         and_calls = [
             (LessonQuery(task_type=rng.choice(TASK_TYPES), activity_type=rng.choice(ACTIVITY_TYPES),
                          failure_type=rng.choice(FAILURE_TYPES), limit=20),)
@@ -166,9 +168,12 @@ def main() -> None:
         "lessons": stats.lessons,
         "build_seconds": round(build, 3),
         "build_lines_per_second": round(args.lessons / build),
-        "keyed_lookup_limit20_ms": {"p50": round(percentile(keyed, 50), 4), "p99": round(percentile(keyed, 99), 4)},
-        "and_query_3_fields_ms": {"p50": round(percentile(anded, 50), 4), "p99": round(percentile(anded, 99), 4)},
-        "similar_search_ms": {"p50": round(percentile(similar, 50), 4), "p99": round(percentile(similar, 99), 4)},
+        "keyed_lookup_limit20_ms": {"p50": round(percentile(keyed, 50), 4),
+                                    "p99": round(percentile(keyed, 99), 4)},
+        "and_query_3_fields_ms": {"p50": round(percentile(anded, 50), 4),
+                                  "p99": round(percentile(anded, 99), 4)},
+        "similar_search_ms": {"p50": round(percentile(similar, 50), 4),
+                              "p99": round(percentile(similar, 99), 4)},
         "linear_scan_similar_ms": {"p50": round(percentile(scanned, 50), 2)},
         "similar_speedup_vs_scan_p50": round(percentile(scanned, 50) / percentile(similar, 50), 1),
         "top_match_agrees_with_scan": f"{agree}/{args.scans}",

@@ -26,10 +26,11 @@ async def run_case(client, standin: StandIn, repo: Path, n: int, batched: bool) 
     before = dict(standin.calls)
     tasks = [TaskSpec(id=f"q{i}", scope=f"write llm/q{i}.txt", implementer="anthropic",
                       verify="test -f llm/$TASKFLEET_TASK_ID.txt", refresh=True, llm_batch=batched,
-                      llm_batch_max_size=min(n, 100), llm_batch_max_age_seconds=5, timeout_seconds=600)
-             for i in range(n)]
-    result, wall = await run_board(client, Board(tasks=tasks, name=f"bench-llm-{n}", max_parallel=n), repo,
-                                   task_queue=TASK_QUEUE, git_max_batch_size=100, git_max_batch_age_seconds=2)
+                      llm_batch_max_size=min(n, 100), llm_batch_max_age_seconds=5,
+                      timeout_seconds=600) for i in range(n)]
+    result, wall = await run_board(
+        client, Board(tasks=tasks, name=f"bench-llm-{n}", max_parallel=n), repo,
+        task_queue=TASK_QUEUE, git_max_batch_size=100, git_max_batch_age_seconds=2)
     calls = {k: v - before.get(k, 0) for k, v in standin.calls.items()}
     return {
         "tasks": n,
@@ -58,7 +59,8 @@ async def main() -> None:
                            "TASKFLEET_LLM_POLL_MAX_SECONDS": "0.5"})
         fx = make_git_remote(Path(tmp) / "git")
         cases = []
-        async with temporal_worker(TASK_QUEUE, Path(tmp) / "state", max_concurrent_activities=32) as client:
+        async with temporal_worker(TASK_QUEUE, Path(tmp) / "state",
+                                   max_concurrent_activities=32) as client:
             await run_case(client, standin, fx.clone, 3, True)  # warm-up (not reported)
             for n in sizes:
                 for batched in (True, False):
@@ -69,7 +71,8 @@ async def main() -> None:
                           "direct_wall_ms_per_request": d["wall_ms_per_request"]}
         for c, d in zip(cases[::2], cases[1::2])
     }
-    emit({"benchmark": "llm_batching", "quick": args.quick, "stand_in_delay_seconds": 0, "summary": summary, "cases": cases})
+    emit({"benchmark": "llm_batching", "quick": args.quick, "stand_in_delay_seconds": 0,
+          "summary": summary, "cases": cases})
 
 
 if __name__ == "__main__":

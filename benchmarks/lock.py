@@ -34,13 +34,15 @@ def _ms(values: list[float]) -> dict:
     ordered = sorted(values)
     return {
         "p50_ms": round(statistics.median(ordered) * 1000, 2),
-        "p95_ms": round(ordered[int(len(ordered) * 0.95) - 1] * 1000, 2) if len(ordered) >= 20 else None,
+        "p95_ms":
+            round(ordered[int(len(ordered) * 0.95) - 1] * 1000, 2) if len(ordered) >= 20 else None,
         "max_ms": round(ordered[-1] * 1000, 2),
     }
 
 
 async def uncontended(client, rounds: int) -> dict:
-    lock = LeaseLock(client, f"bench/uncontended/{uuid.uuid4().hex[:6]}", task_queue=TASK_QUEUE, lease_seconds=30)
+    lock = LeaseLock(client, f"bench/uncontended/{uuid.uuid4().hex[:6]}", task_queue=TASK_QUEUE,
+                     lease_seconds=30)
     first = await lock.acquire("warm-up")  # starts the lock workflow
     await lock.release(first)
     acquires, releases = [], []
@@ -62,7 +64,8 @@ async def uncontended(client, rounds: int) -> dict:
 
 
 async def contended(client, holders: int, each: int) -> dict:
-    lock = LeaseLock(client, f"bench/contended/{uuid.uuid4().hex[:6]}", task_queue=TASK_QUEUE, lease_seconds=30)
+    lock = LeaseLock(client, f"bench/contended/{uuid.uuid4().hex[:6]}", task_queue=TASK_QUEUE,
+                     lease_seconds=30)
     waits: list[float] = []
     inside = most = 0
 
@@ -102,7 +105,8 @@ def flock_round_trips(rounds: int) -> dict:
     return {"rounds": rounds, "round_trips_per_second": round(rounds / wall, 1)}
 
 
-async def board_on_pods(client, address: str, tmp: Path, pods: int, tasks: int, seconds: float) -> dict:
+async def board_on_pods(client, address: str, tmp: Path, pods: int, tasks: int,
+                        seconds: float) -> dict:
     from taskfleet.core.models.orchestrator import Board, TaskSpec
     from taskfleet.testing import make_git_remote
     from tests.pods import Pod
@@ -112,16 +116,20 @@ async def board_on_pods(client, address: str, tmp: Path, pods: int, tasks: int, 
     queue = f"bench-pods-{pods}-{uuid.uuid4().hex[:6]}"
     lessons = root / "lessons"
     lessons.mkdir(parents=True)
-    fleet = [Pod(f"pod-{i}", state_dir=root / "state", address=address, task_queue=queue, log=root / f"pod-{i}.log",
-                 env={"TASKFLEET_LESSONS_DIR": str(lessons)}) for i in range(pods)]
+    fleet = [Pod(f"pod-{i}", state_dir=root / "state", address=address, task_queue=queue,
+                 log=root / f"pod-{i}.log", env={"TASKFLEET_LESSONS_DIR": str(lessons)})
+             for i in range(pods)]
     try:
         for pod in fleet:
             await pod.wait_started()
-        write = f'sleep {seconds}; mkdir -p out && echo "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'
+        write = (f'sleep {seconds}; mkdir -p out && echo "$TASKFLEET_TASK_ID" '
+                 '> "out/$TASKFLEET_TASK_ID.txt"')
         board = Board(name=f"bench-{pods}-pods", max_parallel=tasks, tasks=[
-            TaskSpec(id=f"t{i}", run=write, verify="true", timeout_seconds=600) for i in range(tasks)
+            TaskSpec(id=f"t{i}", run=write, verify="true", timeout_seconds=600)
+            for i in range(tasks)
         ])
-        result, wall = await run_board(client, board, fx.clone, task_queue=queue, git_max_batch_age_seconds=1)
+        result, wall = await run_board(client, board, fx.clone, task_queue=queue,
+                                       git_max_batch_age_seconds=1)
     finally:
         for pod in fleet:
             pod.stop()
@@ -161,7 +169,8 @@ async def main() -> None:
                 address = client.service_client.config.target_host
                 tasks, seconds, fleets = (10, 0.2, (1, 2)) if args.quick else (100, 0.5, (1, 5))
                 figures["board_pods"] = [
-                    await board_on_pods(client, address, Path(tmp), pods, tasks, seconds) for pods in fleets
+                    await board_on_pods(client, address, Path(tmp), pods, tasks, seconds)
+                    for pods in fleets
                 ]
     emit(figures)
 

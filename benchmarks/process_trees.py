@@ -57,7 +57,7 @@ async def main():
                           {{TOKEN_VARIABLE: "%d-bench" % __import__("os").getpid()}}, log, 120, lambda: None, "run")
 
 asyncio.run(main())
-"""
+"""  # noqa: E501 (a script's text: its lines are the code it runs)
 
 
 def carriers(entry: str) -> list[int]:
@@ -68,7 +68,8 @@ def carriers(entry: str) -> list[int]:
             try:
                 with open(f"/proc/{name}/environ", "rb") as handle:
                     if needle in b"\0" + handle.read() + b"\0":
-                        if Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                        if (Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                                != "Z"):
                             found.append(int(name))
             except (OSError, IndexError):
                 pass
@@ -89,18 +90,21 @@ async def command_seconds(policy: ExecutorPolicy, command: str, cwd: Path, n: in
 async def at_once(policy: ExecutorPolicy, cwd: Path, n: int) -> float:
     with using_policy(policy), open(cwd / "log", "a+b") as log:
         started = time.perf_counter()
-        await asyncio.gather(*(run_command("sh -c 'true; true'", cwd, {}, log, 30, lambda: None, "bench")
-                               for _ in range(n)))
+        await asyncio.gather(*(run_command("sh -c 'true; true'", cwd, {}, log, 30, lambda: None,
+                                           "bench") for _ in range(n)))
         return time.perf_counter() - started
 
 
 def gone_after_kill(mode: str, cwd: Path) -> float:
     marker = f"BENCH_TREE={uuid.uuid4().hex}"
-    script = FAKE_WORKER.format(root=str(ROOT), mode=mode, log=str(cwd / "fake.log"), marker=marker, cwd=str(cwd))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    script = FAKE_WORKER.format(root=str(ROOT), mode=mode, log=str(cwd / "fake.log"),
+                                marker=marker, cwd=str(cwd))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
     assert proc.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 30
-    while len(carriers(marker)) < 3:  # `sh -c` and its two sleeps (exported after the task shell started)
+    # `sh -c` and its two sleeps (exported after the task shell started)
+    while len(carriers(marker)) < 3:
         if time.monotonic() > deadline:
             raise TimeoutError("the task did not start")
         time.sleep(0.01)
@@ -119,17 +123,20 @@ def gone_after_kill(mode: str, cwd: Path) -> float:
 def summary(values: list[float]) -> dict:
     ordered = sorted(values)
     return {"median_ms": round(statistics.median(ordered) * 1000, 2),
-            "p90_ms": round(ordered[int(len(ordered) * 0.9) - 1 if len(ordered) > 1 else 0] * 1000, 2)}
+            "p90_ms": round(
+                ordered[int(len(ordered) * 0.9) - 1 if len(ordered) > 1 else 0] * 1000, 2)}
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="20 commands per case, one kill per mode")
+    parser.add_argument("--quick", action="store_true",
+                        help="20 commands per case, one kill per mode")
     parser.add_argument("--commands", type=int, default=300)
     parser.add_argument("--kills", type=int, default=5)
     args = parser.parse_args()
     n, kills = (20, 1) if args.quick else (args.commands, args.kills)
-    figures: dict = {"quick": args.quick, "commands_per_case": n, "load_average_1m_before": round(os.getloadavg()[0], 2)}
+    figures: dict = {"quick": args.quick, "commands_per_case": n,
+                     "load_average_1m_before": round(os.getloadavg()[0], 2)}
     modes = [MODE_GROUP]
     try:
         detect(MODE_NAMESPACE)
@@ -148,7 +155,8 @@ async def main() -> None:
                 "direct_command": summary(direct),
                 "shell_command": summary(shell),
                 "twenty_at_once_seconds": round(await at_once(policy, cwd, 20), 3),
-                "gone_after_worker_sigkill_ms": [round(gone_after_kill(mode, cwd) * 1000, 1) for _ in range(kills)],
+                "gone_after_worker_sigkill_ms": [round(gone_after_kill(mode, cwd) * 1000, 1)
+                                                 for _ in range(kills)],
             }
     figures["load_average_1m_after"] = round(os.getloadavg()[0], 2)
     emit(figures)

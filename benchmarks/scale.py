@@ -48,7 +48,8 @@ def run_cli(args: list[str], out: Path) -> tuple[int, float, float]:
     """`taskfleet <args>` with stdout to `out`: exit code, wall seconds, peak RSS (MB)."""
     started = time.perf_counter()
     with open(out, "wb") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "taskfleet.cli", *args], stdout=stdout, cwd=ROOT)
+        proc = subprocess.Popen([sys.executable, "-m", "taskfleet.cli", *args],
+                                stdout=stdout, cwd=ROOT)
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, time.perf_counter() - started, round(usage.ru_maxrss / 1024, 1)
@@ -63,18 +64,22 @@ def count_json_tasks(path: Path) -> tuple[int, int]:
 
 async def run_size(client, address: str, clone: Path, work: Path, n: int, max_parallel: int,
                    worker_pid: int) -> dict:
-    board = write_noop_board(work / f"noop-{n}.toml", n, max_parallel=max_parallel, name=f"noop-{n}")
+    board = write_noop_board(work / f"noop-{n}.toml", n, max_parallel=max_parallel,
+                             name=f"noop-{n}")
     workflow_id = f"scale-{n}-{int(time.time())}"
     common = ["--address", address, "--task-queue", TASK_QUEUE]
     out = work / f"run-{n}.json"
-    code, wall, cli_rss = run_cli([*common, "run", str(board), "--repo", str(clone), "--id", workflow_id, "--json"], out)
-    figures = {"tasks": n, "exit_code": code, "wall_seconds": round(wall, 2), "ms_per_task": round(wall * 1000 / n, 3)}
+    code, wall, cli_rss = run_cli(
+        [*common, "run", str(board), "--repo", str(clone), "--id", workflow_id, "--json"], out)
+    figures = {"tasks": n, "exit_code": code, "wall_seconds": round(wall, 2),
+               "ms_per_task": round(wall * 1000 / n, 3)}
     if code not in (0, 1):
         figures["error"] = out.read_text()[-2000:]
         return figures
     listed, not_succeeded = count_json_tasks(out)
     status_out = work / f"status-{n}.json"
-    status_code, status_wall, status_rss = run_cli([*common, "status", workflow_id, "--json"], status_out)
+    status_code, status_wall, status_rss = run_cli([*common, "status", workflow_id, "--json"],
+                                                   status_out)
     status_listed = count_json_tasks(status_out)[0] if status_code == 0 else -1
     history = (await history_figures(client, workflow_id)).as_dict()
     figures.update(
@@ -98,23 +103,23 @@ async def run_size(client, address: str, clone: Path, work: Path, n: int, max_pa
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes only (50, 250)")
-    parser.add_argument("--sizes", type=int, nargs="*", help="board sizes to run (default 1000 10000 100000)")
+    parser.add_argument("--sizes", type=int, nargs="*",
+                        help="board sizes to run (default 1000 10000 100000)")
     parser.add_argument("--max-parallel", type=int, default=200)
     args = parser.parse_args()
     sizes = args.sizes or ([50, 250] if args.quick else [1000, 10_000, 100_000])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         fx = make_git_remote(work / "git")
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=find_temporal_cli(), search_attributes=ALL, dev_server_log_level="error"
-        )
+        env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_temporal_cli(),
+                                                    search_attributes=ALL,
+                                                    dev_server_log_level="error")
         address = env.client.service_client.config.target_host
         log = open(work / "worker.log", "wb")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "taskfleet.worker", "--address", address, "--task-queue", TASK_QUEUE,
-             "--state-dir", str(work / "state"), "--max-concurrent-activities", "200"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-        )
+            [sys.executable, "-m", "taskfleet.worker", "--address", address, "--task-queue",
+             TASK_QUEUE, "--state-dir", str(work / "state"), "--max-concurrent-activities", "200"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
             deadline = time.monotonic() + 60
             while b"task_queue=" not in (work / "worker.log").read_bytes():
@@ -123,7 +128,8 @@ async def main() -> None:
                 await asyncio.sleep(0.1)
             cases = {}
             for n in sizes:
-                cases[f"{n}_noop"] = await run_size(env.client, address, fx.clone, work, n, args.max_parallel, worker.pid)
+                cases[f"{n}_noop"] = await run_size(env.client, address, fx.clone, work, n,
+                                                    args.max_parallel, worker.pid)
                 print(json.dumps(cases[f"{n}_noop"]), file=sys.stderr, flush=True)
         finally:
             worker.terminate()
@@ -132,10 +138,13 @@ async def main() -> None:
             await env.shutdown()
     first, last = cases[f"{sizes[0]}_noop"], cases[f"{sizes[-1]}_noop"]
     floors = {
-        "all_finished": all(c.get("exit_code") in (0, 1) and c.get("run_json_tasks") == c["tasks"] for c in cases.values()),
-        "ms_per_task_ratio_largest_to_smallest": round(last["ms_per_task"] / first["ms_per_task"], 2),
+        "all_finished": all(c.get("exit_code") in (0, 1) and c.get("run_json_tasks") == c["tasks"]
+                            for c in cases.values()),
+        "ms_per_task_ratio_largest_to_smallest":
+            round(last["ms_per_task"] / first["ms_per_task"], 2),
         "ms_per_task_within_1_5x": last["ms_per_task"] <= 1.5 * first["ms_per_task"],
-        "no_payload_over_256kb": all(c.get("largest_payload_bytes", 0) <= PAYLOADS_LIMIT_BYTES for c in cases.values()),
+        "no_payload_over_256kb": all(c.get("largest_payload_bytes", 0) <= PAYLOADS_LIMIT_BYTES
+                                     for c in cases.values()),
     }
     emit({"quick": args.quick, "cases": cases, "floors": floors, "max_parallel": args.max_parallel})
 

@@ -50,14 +50,15 @@ async def _git(repo: str, *args: str, tries: int = 20) -> None:
     half-removed entries (`failed to read .git/worktrees/<x>/commondir`, `Invalid path
     '.git/worktrees/<x>'`) or lock files: retried, as any user would."""
     for attempt in range(tries):
-        proc = await asyncio.create_subprocess_exec(
-            "git", "-C", repo, *args, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
-        )
+        proc = await asyncio.create_subprocess_exec("git", "-C", repo, *args,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.PIPE)
         _, err = await proc.communicate()
         if not proc.returncode:
             return
         message = err.decode(errors="replace").strip()
-        if attempt + 1 == tries or not any(m in message for m in ("failed to read", "Invalid path", ".lock", "already registered")):
+        if attempt + 1 == tries or not any(m in message for m in (
+                "failed to read", "Invalid path", ".lock", "already registered")):
             raise RuntimeError(f"git {' '.join(args)}: {message}")
         await asyncio.sleep(0.01 * (attempt + 1))
 
@@ -100,11 +101,13 @@ def forget_branches(repo: str) -> None:
     (untimed, after a run): every run of either side then meets a repository of the same size,
     instead of one that grows by a branch per baseline task (a push's ref advertisement and the
     remote's connectivity check grow with the refs)."""
-    names = subprocess.run(["git", "for-each-ref", "--format=%(refname:short)", "refs/heads/baseline/"],
-                           cwd=repo, check=True, capture_output=True, text=True).stdout.split()
+    names = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname:short)", "refs/heads/baseline/"], cwd=repo,
+        check=True, capture_output=True, text=True).stdout.split()
     if not names:
         return
-    subprocess.run(["git", "push", "-q", "origin", *[f":refs/heads/{name}" for name in names]], cwd=repo, check=True)
+    subprocess.run(["git", "push", "-q", "origin", *[f":refs/heads/{name}" for name in names]],
+                   cwd=repo, check=True)
     subprocess.run(["git", "branch", "-q", "-D", *names], cwd=repo, check=True)
 
 
@@ -114,7 +117,8 @@ ACTIVITIES = [sleep_only, two_processes, worktree_two_processes, worktree_commit
 @workflow.defn(sandboxed=False)
 class BaselineDispatch:
     @workflow.run
-    async def run(self, activity_name: str, n: int, seconds: float, concurrency: int, repo: str = "") -> None:
+    async def run(self, activity_name: str, n: int, seconds: float, concurrency: int,
+                  repo: str = "") -> None:
         running = 0
 
         async def one() -> None:
@@ -133,12 +137,12 @@ class BaselineDispatch:
 
 
 def baseline_worker(client, task_queue: str = TASK_QUEUE) -> Worker:
-    return Worker(client, task_queue=task_queue, workflows=[BaselineDispatch], activities=ACTIVITIES,
-                  max_concurrent_activities=200)
+    return Worker(client, task_queue=task_queue, workflows=[BaselineDispatch],
+                  activities=ACTIVITIES, max_concurrent_activities=200)
 
 
-async def run_once(client, activity_name: str, n: int, seconds: float, concurrency: int, repo: str = "",
-                   task_queue: str = TASK_QUEUE) -> float:
+async def run_once(client, activity_name: str, n: int, seconds: float, concurrency: int,
+                   repo: str = "", task_queue: str = TASK_QUEUE) -> float:
     """Wall seconds of one baseline dispatch."""
     started = time.perf_counter()
     await client.execute_workflow(
@@ -148,7 +152,8 @@ async def run_once(client, activity_name: str, n: int, seconds: float, concurren
     return time.perf_counter() - started
 
 
-async def measure(client, activity_name: str, n: int, seconds: float, concurrency: int, runs: int = 3) -> list[float]:
+async def measure(client, activity_name: str, n: int, seconds: float, concurrency: int,
+                  runs: int = 3) -> list[float]:
     figures = []
     for _ in range(runs):
         wall = await run_once(client, activity_name, n, seconds, concurrency)
@@ -169,13 +174,15 @@ async def main() -> None:
         {"9x0.5s_c9_efficiency": (9, 0.5, 9), "100x0.2s_c20_efficiency": (100, 0.2, 20),
          "1000_noop_c100_ms_per_task": (1000, 0, 100)}
     )
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_temporal_cli(), dev_server_log_level="error")
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=find_temporal_cli(),
+                                                dev_server_log_level="error")
     try:
         async with baseline_worker(env.client):
             await measure(env.client, "sleep_only", 20, 0, 20, runs=1)  # warm-up
             figures: dict = {"quick": args.quick}
             for name in ("sleep_only", "two_processes"):
-                figures[name] = {key: await measure(env.client, name, *case, runs=runs) for key, case in cases.items()}
+                figures[name] = {key: await measure(env.client, name, *case, runs=runs)
+                                 for key, case in cases.items()}
     finally:
         await env.shutdown()
     emit(figures)

@@ -12,11 +12,9 @@ from taskfleet.activities.services.template_cache import DEFAULT_TEMPLATES_DIR, 
 
 
 def context() -> dict:
-    lessons = [
-        {"failure_type": "verify_failed", "times_seen": i + 1, "failure_msg": f"test_{i} failed: expected {i}",
-         "resolution": f"handle case {i}"}
-        for i in range(20)
-    ]
+    lessons = [{"failure_type": "verify_failed", "times_seen": i + 1,
+                "failure_msg": f"test_{i} failed: expected {i}", "resolution": f"handle case {i}"}
+               for i in range(20)]
     task = {"id": "T2.3", "scope": "Prompt template caching", "branch": "task/T2.3",
             "verify": "pytest -q tests/test_templates.py", "task_type": "feature"}
     return {"task": task, "board": {"base": "main"}, "lessons": lessons}

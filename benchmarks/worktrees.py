@@ -36,8 +36,9 @@ def grow(clone: Path, files: int) -> None:
 async def board_once(client, clone: Path, tasks: int, label: str) -> dict:
     specs = [TaskSpec(id=f"{label}-{i}", run=f"sed -i s/x/{label}/ src/d0/f{i}.txt", verify="true",
                       refresh=True, timeout_seconds=600) for i in range(tasks)]
-    result, wall = await run_board(client, Board(tasks=specs, name=f"bench-{label}", max_parallel=tasks), clone,
-                                   task_queue=TASK_QUEUE, git_max_batch_age_seconds=1, heartbeat_timeout_seconds=60)
+    result, wall = await run_board(
+        client, Board(tasks=specs, name=f"bench-{label}", max_parallel=tasks), clone,
+        task_queue=TASK_QUEUE, git_max_batch_age_seconds=1, heartbeat_timeout_seconds=60)
     s = result.stats
     return {
         "board": label,
@@ -50,7 +51,8 @@ async def board_once(client, clone: Path, tasks: int, label: str) -> dict:
         # Its parts, per task: scheduled -> started, the activity beyond the task's own commands
         # (set-up, snapshot, commit, landing op), and task done -> landed.
         "wait_ms_per_task": round(s.wait_seconds * 1000 / tasks, 1),
-        "activity_overhead_ms_per_task": round(max(s.task_seconds - s.work_seconds, 0.0) * 1000 / tasks, 1),
+        "activity_overhead_ms_per_task":
+            round(max(s.task_seconds - s.work_seconds, 0.0) * 1000 / tasks, 1),
         "landing_ms_per_task": round(s.landing_seconds * 1000 / tasks, 1),
     }
 
@@ -72,7 +74,8 @@ async def main() -> None:
         boards.append(await board_once(client, fx.clone, args.tasks, "cold"))
         for i in range(args.warm_boards):
             boards.append(await board_once(client, fx.clone, args.tasks, f"warm{i + 1}"))
-    listed = subprocess.run(["git", "worktree", "list"], cwd=fx.clone, capture_output=True, text=True).stdout
+    listed = subprocess.run(["git", "worktree", "list"], cwd=fx.clone, capture_output=True,
+                            text=True).stdout
     warm = [b["setup_ms_per_task_mean"] for b in boards[1:]]
     emit({
         "benchmark": "worktrees",
@@ -81,7 +84,8 @@ async def main() -> None:
         "tasks": args.tasks,
         "concurrency": args.tasks,
         "boards": boards,
-        "warm_setup_ms_per_task_median_of_boards": round(statistics.median(warm), 1) if warm else None,
+        "warm_setup_ms_per_task_median_of_boards":
+            round(statistics.median(warm), 1) if warm else None,
         "warm_setup_ms_per_task_worst_board": max(warm) if warm else None,
         "worktrees_registered_after_stop": len(listed.splitlines()) - 1,
     })
