@@ -20,9 +20,11 @@ from taskfleet.core.models.git_batch import GitBatchConfig, GitOp  # noqa: E402
 
 
 async def main() -> None:
-    address, queue, repo, first, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    address, queue, repo, first, count = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                                          int(sys.argv[5]))
     client = await Client.connect(address)
-    gb = GitBatcherClient(client, GitBatchConfig(repo=repo, max_batch_size=10, max_batch_age_seconds=2), queue)
+    gb = GitBatcherClient(
+        client, GitBatchConfig(repo=repo, max_batch_size=10, max_batch_age_seconds=2), queue)
     await asyncio.gather(*(gb.enqueue(GitOp(op_type="push", branch=f"s/{i}", id=f"burst-{i}"))
                            for i in range(first, first + count)))
 

@@ -56,7 +56,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "env" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
     order = {path: rank for rank, path in enumerate(_heavy_files_in_turn(items))}
-    items.sort(key=lambda item: order.get(item.path, len(order)))  # stable: file and test order kept
+    # stable: file and test order kept
+    items.sort(key=lambda item: order.get(item.path, len(order)))
 
 
 def _heavy_files_in_turn(items: list[pytest.Item]) -> list[Path]:
@@ -66,7 +67,8 @@ def _heavy_files_in_turn(items: list[pytest.Item]) -> list[Path]:
     for item in items:
         mark = item.get_closest_marker("heavy")
         if mark is not None:
-            (waiting if mark.kwargs.get("waits") else busy)[item.path] = float(mark.kwargs.get("seconds", 1))
+            (waiting if mark.kwargs.get("waits") else busy)[item.path] = float(
+                mark.kwargs.get("seconds", 1))
     busy_first = sorted(busy, key=busy.__getitem__, reverse=True)
     waiting_first = sorted(waiting, key=waiting.__getitem__, reverse=True)
     turns: list[Path] = []
@@ -130,7 +132,8 @@ def make_worker(client: Client, task_queue: str, settings: TaskfleetSettings):
 async def eventually(
     check: Callable[[], Awaitable[T]], timeout: float = 30.0, interval: float = 0.1
 ) -> T:
-    """Poll `check` until it returns without raising AssertionError; re-raise the last one at timeout."""
+    """Poll `check` until it returns without raising AssertionError;
+    re-raise the last one at timeout."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -176,7 +179,8 @@ def processes_with_environ(entry: str) -> list[int]:
         try:
             with open(f"/proc/{name}/environ", "rb") as handle:
                 environ = b"\0" + handle.read() + b"\0"
-            if needle in environ and Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            if needle in environ and (
+                    Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"):
                 found.append(int(name))
         except (OSError, IndexError):
             continue
@@ -197,7 +201,8 @@ def save_history(name: str, history_json: str) -> None:
         from importlib.metadata import version
 
         HISTORIES.mkdir(exist_ok=True)
-        for candidate in (HISTORIES / f"{name}.json", HISTORIES / f"{name}--{version('taskfleet')}.json"):
+        for candidate in (HISTORIES / f"{name}.json",
+                          HISTORIES / f"{name}--{version('taskfleet')}.json"):
             if not candidate.exists():
                 candidate.write_text(history_json)
                 return
@@ -211,7 +216,8 @@ def free_port() -> int:
 
 
 def kill_process_group(proc: subprocess.Popen, out: IO) -> None:
-    """SIGKILL a process's whole group (no clean-up runs, as when a node dies), reap it, close its log."""
+    """SIGKILL a process's whole group (no clean-up runs, as when a node dies), reap it,
+    close its log."""
     import signal
 
     try:

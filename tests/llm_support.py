@@ -1,5 +1,5 @@
-"""Shared by the LLM tests: the stand-in API with the worker environment pointing at it, and a way to
-read every payload of a history as text."""
+"""Shared by the LLM tests: the stand-in API with the worker environment pointing at it, and a way
+to read every payload of a history as text."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ FAST_POLLS = {"TASKFLEET_LLM_POLL_INITIAL_SECONDS": "0.2", "TASKFLEET_LLM_POLL_M
 
 @contextmanager
 def standin_env() -> Iterator[StandIn]:
-    """The stand-in, and this process's environment (which in-process workers read) pointing at it."""
+    """The stand-in, and this process's environment (which in-process workers read)
+    pointing at it."""
     server = StandIn().start()
     saved = {k: os.environ.get(k) for k in [*server.env(), *FAST_POLLS]}
     os.environ.update({**server.env(), **FAST_POLLS})

@@ -42,7 +42,8 @@ def _flags(action: argparse.Action) -> str:
 
 
 def _default(action: argparse.Action) -> str:
-    if action.nargs == 0 or action.default in (None, "", argparse.SUPPRESS, False) or action.required:
+    if (action.nargs == 0 or action.default in (None, "", argparse.SUPPRESS, False)
+            or action.required):
         return "required" if action.required else ""
     return f"`{action.default}`"
 
@@ -53,11 +54,13 @@ def cli_reference() -> str:
 
     parser = build_parser()
     lines = ["# The taskfleet command: every flag", "",
-             "Generated from the command's own parser (`make reference`); [The taskfleet command](../cli.md)",
+             "Generated from the command's own parser (`make reference`); "
+             "[The taskfleet command](../cli.md)",
              "shows how the commands are used. The connection flags (`--address`, `--namespace`,",
              "`--task-queue`) go before or after the command.", ""]
     for words, command in leaf_commands(parser).items():
-        lines += [f"## taskfleet {' '.join(words)}", "", command.description or _help_of(parser, words), "",
+        lines += [f"## taskfleet {' '.join(words)}", "",
+                  command.description or _help_of(parser, words), "",
                   "| argument | default | what |", "| --- | --- | --- |"]
         for action in command._actions:
             if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
@@ -87,28 +90,32 @@ def board_keys_reference() -> str:
     return "\n".join([
         "# Board keys", "",
         "Every key a board may set, from the registry the board parser uses (`make reference`).",
-        "**Scope**: `board`, a board-wide setting; `task`, a task's own; `both`, a task's own that the",
-        "board may set for every task that does not. A TOML board names them as written; a markdown board",
+        "**Scope**: `board`, a board-wide setting; `task`, a task's own; "
+        "`both`, a task's own that the",
+        "board may set for every task that does not. A TOML board names them as written; "
+        "a markdown board",
         "gets its board-wide settings from the command line (see [Boards](../boards.md)).", "",
         keys_table(),
     ])
 
 
-GENERATED = {"docs/reference/cli.md": cli_reference, "docs/reference/board-keys.md": board_keys_reference}
+GENERATED = {"docs/reference/cli.md": cli_reference,
+             "docs/reference/board-keys.md": board_keys_reference}
 
 
-
-
-# What each handler that takes raw input (anyone can send it with the `temporal` CLI, so it is parsed
-# in code) accepts: (workflow type, message) -> (what it takes, in words, and the dataclass it reads).
+# What each handler that takes raw input (anyone can send it with the `temporal` CLI, so it is
+# parsed in code) accepts: (workflow type, message) -> (what it takes, in words, and the dataclass
+# it reads).
 RAW_INPUTS: dict[tuple[str, str], tuple[str, str]] = {
     ("GitBatchWorkflow", "start"): ("a config", "taskfleet.core.models.git_batch.GitBatchConfig"),
-    ("GitBatchWorkflow", "enqueue"): ("an op, or a list of up to 500", "taskfleet.core.models.git_batch.GitOp"),
+    ("GitBatchWorkflow", "enqueue"): ("an op, or a list of up to 500",
+                                      "taskfleet.core.models.git_batch.GitOp"),
     ("GitBatchWorkflow", "submit"): ("an op", "taskfleet.core.models.git_batch.GitOp"),
     ("GitBatchWorkflow", "flush"): ('nothing, or `{"after": [op ids]}`', ""),
     ("GitBatchWorkflow", "flush_now"): ("nothing", ""),
     ("GitBatchWorkflow", "retry"): ("a failed batch's id (a string)", ""),
-    ("MergeQueueWorkflow", "start"): ("a config", "taskfleet.core.models.merge_queue.MergeQueueConfig"),
+    ("MergeQueueWorkflow", "start"): ("a config",
+                                      "taskfleet.core.models.merge_queue.MergeQueueConfig"),
     ("MergeQueueWorkflow", "enqueue"): ("an entry", "taskfleet.core.models.merge_queue.QueueEntry"),
     ("MergeQueueWorkflow", "submit"): ("an entry", "taskfleet.core.models.merge_queue.QueueEntry"),
     ("MergeQueueWorkflow", "flush"): ("nothing", ""),
@@ -119,12 +126,15 @@ RAW_INPUTS: dict[tuple[str, str], tuple[str, str]] = {
     ("PlannerWorkflow", "start"): ("a goal and a clone", "taskfleet.core.models.plan.PlanInput"),
     ("PlannerWorkflow", "llm_reply"): ("a reply", "taskfleet.core.models.llm.LLMReply"),
     ("JudgeWorkflow", "llm_reply"): ("a reply", "taskfleet.core.models.llm.LLMReply"),
-    ("LeaseLockWorkflow", "start"): ("a config, or the resource's name", "taskfleet.core.models.lease_lock.LeaseLockConfig"),
-    ("LeaseLockWorkflow", "acquire"): ("a request", "taskfleet.core.models.lease_lock.AcquireRequest"),
+    ("LeaseLockWorkflow", "start"): ("a config, or the resource's name",
+                                     "taskfleet.core.models.lease_lock.LeaseLockConfig"),
+    ("LeaseLockWorkflow", "acquire"): ("a request",
+                                       "taskfleet.core.models.lease_lock.AcquireRequest"),
     ("LeaseLockWorkflow", "renew"): ("a lease", "taskfleet.core.models.lease_lock.LeaseRef"),
     ("LeaseLockWorkflow", "release"): ("a lease", "taskfleet.core.models.lease_lock.LeaseRef"),
     ("LeaseLockWorkflow", "renew_lease"): ("a lease", "taskfleet.core.models.lease_lock.LeaseRef"),
-    ("LeaseLockWorkflow", "release_lease"): ("a lease", "taskfleet.core.models.lease_lock.LeaseRef"),
+    ("LeaseLockWorkflow", "release_lease"): ("a lease",
+                                             "taskfleet.core.models.lease_lock.LeaseRef"),
     ("OrchestratorWorkflow", "task_stage"): ("a stage", "taskfleet.core.models.review.TaskStage"),
 }
 BEHAVIORS = {1: "PINNED", 2: "AUTO_UPGRADE"}
@@ -145,7 +155,8 @@ def _type_name(hint: object) -> str:
         return f"object of {_type_name(args[1])}" if args else "object"
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         return " or ".join(_type_name(a) for a in args)
-    return {str: "string", int: "whole number", float: "number", bool: "true/false"}.get(hint, getattr(hint, "__name__", str(hint)))
+    return {str: "string", int: "whole number", float: "number",
+            bool: "true/false"}.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def _dataclasses_in(hint: object, found: dict[str, type]) -> None:
@@ -188,28 +199,35 @@ def workflows_reference() -> str:
         return getattr(importlib.import_module(module), name)
 
     lines = ["# Workflows and their messages", "",
-             "Every workflow type taskfleet registers, the signals, updates and queries it answers, and the",
-             "JSON each takes and gives, from the code itself (`make reference`). Field names are the JSON",
-             "keys; a field left out takes its default. Handlers marked *raw* take whatever is sent (the",
-             "`temporal` CLI can send anything) and check it in code: a bad message is refused with the",
+             "Every workflow type taskfleet registers, the signals, updates and queries it "
+             "answers, and the",
+             "JSON each takes and gives, from the code itself (`make reference`). "
+             "Field names are the JSON",
+             "keys; a field left out takes its default. Handlers marked *raw* take whatever is "
+             "sent (the",
+             "`temporal` CLI can send anything) and check it in code: a bad message is refused "
+             "with the",
              "reason, never wedging the workflow.", ""]
     shapes: dict[str, type] = {}
     for cls in WORKFLOWS:
         d = workflow._Definition.from_class(cls)
-        lines += [f"## {d.name}", "", f"Worker Versioning: {BEHAVIORS.get(d.versioning_behavior, 'unspecified')}.", "",
+        lines += [f"## {d.name}", "",
+                  f"Worker Versioning: {BEHAVIORS.get(d.versioning_behavior, 'unspecified')}.", "",
                   "| kind | name | takes | gives |", "| --- | --- | --- | --- |"]
         hints = typing.get_type_hints(d.run_fn)
         start = RAW_INPUTS.get((d.name, "start"))
-        takes = (f"*raw*: {start[0]}" + (f", {_type_name(model(start[1]))}" if start[1] else "")) if start else \
-            " ".join(_type_name(t) for t in (d.arg_types or []))
-        lines.append(f"| start | `{d.name}` | {takes} | {_type_name(hints.get('return', type(None)))} |")
+        takes = ((f"*raw*: {start[0]}" + (f", {_type_name(model(start[1]))}" if start[1] else ""))
+                 if start else " ".join(_type_name(t) for t in (d.arg_types or [])))
+        lines.append(
+            f"| start | `{d.name}` | {takes} | {_type_name(hints.get('return', type(None)))} |")
         for kind, handlers in (("signal", d.signals), ("update", d.updates), ("query", d.queries)):
             for name, handler in sorted(handlers.items()):
                 fn_hints = typing.get_type_hints(handler.fn)
                 raw = RAW_INPUTS.get((d.name, name))
                 args = [v for k, v in fn_hints.items() if k != "return"]
                 if raw:
-                    takes = f"*raw*: {raw[0]}" + (f", {_type_name(model(raw[1]))}" if raw[1] else "")
+                    takes = f"*raw*: {raw[0]}" + (
+                        f", {_type_name(model(raw[1]))}" if raw[1] else "")
                     if raw[1]:
                         _dataclasses_in(model(raw[1]), shapes)
                 else:
@@ -230,7 +248,8 @@ def workflows_reference() -> str:
         lines += [f"### {name}", "", " ".join((kind.__doc__ or "").split()), "",
                   "| field | type | default |", "| --- | --- | --- |"]
         types = typing.get_type_hints(kind)
-        lines += [f"| `{f.name}` | {_type_name(types[f.name])} | {_default(f)} |" for f in dataclasses.fields(kind)]
+        lines += [f"| `{f.name}` | {_type_name(types[f.name])} | {_default(f)} |"
+                  for f in dataclasses.fields(kind)]
         lines.append("")
     return "\n".join(lines).rstrip()
 

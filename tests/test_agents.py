@@ -37,7 +37,7 @@ def change(prompt):
     need(f"task {task}" in prompt, "the prompt names another task")
     with open(f"agent-{task}.md", "w") as out:
         out.write(f"{task}: done by {os.path.basename(sys.argv[0])}\n")
-'''
+'''  # noqa: E501 (a script's text: its lines are the code it runs)
 
 CLAUDE = COMMON.replace("KEY", "'ANTHROPIC_API_KEY'") + r'''
 need(args[:1] == ["-p"], "-p (headless) must come first")
@@ -47,7 +47,7 @@ need("Edit" in (flag("--allowedTools") or ""), "--allowedTools with Edit")
 change(sys.stdin.read())
 print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "done",
                   "total_cost_usd": 0.25, "usage": {"input_tokens": 1000, "output_tokens": 200}}))
-'''
+'''  # noqa: E501 (a script's text)
 
 CODEX = COMMON.replace("KEY", "'OPENAI_API_KEY'") + r'''
 need(args[:1] == ["exec"], "exec (non-interactive) must come first")
@@ -58,7 +58,7 @@ change(sys.stdin.read())
 print(json.dumps({"type": "thread.started", "thread_id": "t1"}))
 print(json.dumps({"type": "turn.completed", "usage": {"input_tokens": 700, "cached_input_tokens": 100,
                                                       "output_tokens": 50}}))
-'''
+'''  # noqa: E501 (a script's text)
 
 AIDER = COMMON.replace("KEY", "'ANTHROPIC_API_KEY'") + r'''
 need(flag("--message-file"), "--message-file")
@@ -72,7 +72,8 @@ print("Tokens: 2.1k sent, 300 received. Cost: $0.0040 message, $0.0040 session."
 
 @pytest.fixture
 def agent_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The stand-ins on the worker's PATH, the keys in its environment, one secret it must not pass on."""
+    """The stand-ins on the worker's PATH, the keys in its environment,
+    one secret it must not pass on."""
     folder = tmp_path / "agent-bin"
     folder.mkdir()
     for name, body in (("claude", CLAUDE), ("codex", CODEX), ("aider", AIDER)):
@@ -91,18 +92,21 @@ def agent_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("codex.toml", "$0.0000", "in 1400 out 100"),
     ("aider.toml", "$0.0080", "in 0 out 0"),
 ])
-async def test_an_example_agent_board_runs_as_written(board, cost, tokens, agent_bin, server_address, task_queue,
-                                                      make_worker, git_remote: GitRemoteFixture, tmp_path):
+async def test_an_example_agent_board_runs_as_written(board, cost, tokens, agent_bin,
+                                                      server_address, task_queue, make_worker,
+                                                      git_remote: GitRemoteFixture, tmp_path):
     user_dir = tmp_path / "user"
     user_dir.mkdir()
     shutil.copy(AGENTS / board, user_dir / board)
-    settings = TaskfleetSettings(state_dir=tmp_path / "state", task_env="ANTHROPIC_API_KEY,OPENAI_API_KEY")
+    settings = TaskfleetSettings(state_dir=tmp_path / "state",
+                                 task_env="ANTHROPIC_API_KEY,OPENAI_API_KEY")
     async with make_worker(settings=settings):
         done = await taskfleet(server_address, "run", board, "--repo", str(git_remote.clone),
                                "--verify", 'test -f "agent-$TASKFLEET_TASK_ID.md"', cwd=user_dir,
                                task_queue=task_queue, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"agents: 2 usage report(s), tokens {tokens}, {cost} as reported" in done.stdout, done.stdout
+    assert f"agents: 2 usage report(s), tokens {tokens}, {cost} as reported" in done.stdout, \
+        done.stdout
     for task in ("docs-contributing", "typing-utils"):
         landed = git_remote.remote_ref(f"task/{task}")
         assert landed, done.stdout
@@ -110,17 +114,18 @@ async def test_an_example_agent_board_runs_as_written(board, cost, tokens, agent
         assert f"agent-{task}.md" in tree and not any(name.startswith(".aider") for name in tree)
 
 
-async def test_a_usage_report_reaches_the_run_result(agent_bin, server_address, task_queue, make_worker,
-                                                     git_remote: GitRemoteFixture, tmp_path):
+async def test_a_usage_report_reaches_the_run_result(
+        agent_bin, server_address, task_queue, make_worker, git_remote: GitRemoteFixture, tmp_path):
     user_dir = tmp_path / "user"
     user_dir.mkdir()
     shutil.copy(AGENTS / "claude-code.toml", user_dir / "board.toml")
     settings = TaskfleetSettings(state_dir=tmp_path / "state", task_env="ANTHROPIC_API_KEY")
     async with make_worker(settings=settings):
-        done = await taskfleet(server_address, "run", "board.toml", "--repo", str(git_remote.clone), "--json",
-                               "--verify", 'test -f "agent-$TASKFLEET_TASK_ID.md"', cwd=user_dir,
-                               task_queue=task_queue, timeout=180)
+        done = await taskfleet(server_address, "run", "board.toml", "--repo", str(git_remote.clone),
+                               "--json", "--verify", 'test -f "agent-$TASKFLEET_TASK_ID.md"',
+                               cwd=user_dir, task_queue=task_queue, timeout=180)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["stats"]["agent_reports"] == 2 and result["stats"]["agent_cost_usd"] == pytest.approx(0.5)
+    assert (result["stats"]["agent_reports"] == 2
+            and result["stats"]["agent_cost_usd"] == pytest.approx(0.5))
     assert [t["agent_cost_usd"] for t in result["tasks"]] == [0.25, 0.25]

@@ -14,10 +14,12 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=80)]  # runs every benchmark script in quick mode
+# runs every benchmark script in quick mode
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=80)]
 
 BENCHMARKS = ROOT / "benchmarks"
-HELPERS = {"common.py", "send_ops.py"}  # imported or started by the benchmarks, not benchmarks themselves
+# imported or started by the benchmarks, not benchmarks themselves
+HELPERS = {"common.py", "send_ops.py"}
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)
 
 

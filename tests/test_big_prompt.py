@@ -6,8 +6,10 @@ from __future__ import annotations
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 
-# The executor checks what it was given: the prompt file always, the variable only for small prompts.
-HAS_FILE = 'test -s "$TASKFLEET_PROMPT_FILE" && test "$(wc -c < "$TASKFLEET_PROMPT_FILE")" -ge {size}'
+# The executor checks what it was given: the prompt file always, the variable only for small
+# prompts.
+HAS_FILE = ('test -s "$TASKFLEET_PROMPT_FILE" && test "$(wc -c < "$TASKFLEET_PROMPT_FILE")"'
+            ' -ge {size}')
 NO_VARIABLE = 'test -z "${{TASKFLEET_PROMPT+set}}"'
 SAME_AS_FILE = 'test "$TASKFLEET_PROMPT" = "$(cat "$TASKFLEET_PROMPT_FILE")"'
 

@@ -33,7 +33,8 @@ def clone(tmp_path: Path) -> Path:
 def test_overrides_apply_at_the_check_stage_and_the_store_reads_the_rows_once(clone):
     parsed = parse_board_file(EXAMPLE)
     assert isinstance(parsed, ParsedBoard) and parsed.format == "markdown"
-    assert parsed.head is not None and parsed.head.settings == {}  # the file as written: no CLI settings yet
+    # the file as written: no CLI settings yet
+    assert parsed.head is not None and parsed.head.settings == {}
     checked = check_board(parsed, run="true", verify="true", max_parallel=3, land=None)
     assert isinstance(checked, CheckedBoard) and checked.head is not None
     assert checked.head.settings == {"run": "true", "verify": "true", "max_parallel": 3}
@@ -41,7 +42,8 @@ def test_overrides_apply_at_the_check_stage_and_the_store_reads_the_rows_once(cl
     stored = store_checked_board(checked, str(clone))
     assert isinstance(stored, StoredBoard) and stored.settings.max_parallel == 3
     whole = load_board(EXAMPLE, run="true", verify="true")
-    assert stored.first_page is not None and stored.first_page.tasks == [t for t in whole.tasks if not t.done]
+    assert stored.first_page is not None and stored.first_page.tasks == [
+        t for t in whole.tasks if not t.done]
     assert next(checked.rows, None) is None  # the stream is spent: no stage reads it again
 
 
@@ -56,7 +58,8 @@ def test_the_verify_notice_names_the_rows_that_keep_their_own_command(clone, tmp
     checked = check_board(parse_board_file(EXAMPLE), run="true", verify="make test")
     store_checked_board(checked, str(clone))
     assert checked.own_verification == ["T2.4"]  # complete once the store has read every row
-    # A board with a row that cannot run as written gives no notice (as a whole-board parse would not).
+    # A board with a row that cannot run as written gives no notice (as a whole-board parse would
+    # not).
     bad = tmp_path / "bad.md"
     bad.write_text(EXAMPLE.read_text().replace("| [ ] | `task/T2.3` |", "| [?] | `task/T2.3` |"))
     checked = check_board(parse_board_file(bad), run="true", verify="make test")
@@ -73,8 +76,10 @@ def test_a_board_checked_whole_goes_inline_and_its_first_bad_row_refuses_it(clon
     path.write_text('run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n')
     checked = check_board(parse_board_file(path, whole=True), max_parallel=2)
     inline = store_checked_board(checked, str(clone))
-    assert inline is checked.board and inline.max_parallel == 2 and [t.id for t in inline.tasks] == ["A"]
-    assert git(clone, "for-each-ref", "refs/taskfleet/") == ""  # nothing stored here: the start decides
+    assert (inline is checked.board and inline.max_parallel == 2
+            and [t.id for t in inline.tasks] == ["A"])
+    # nothing stored here: the start decides
+    assert git(clone, "for-each-ref", "refs/taskfleet/") == ""
 
 
 def test_a_missing_file_is_refused_at_the_parse_stage(tmp_path):

@@ -43,7 +43,8 @@ def clone(tmp_path: Path) -> Path:
 def all_pages(clone: Path, board_id: str, **request) -> list:
     pages, start = [], 0
     while True:
-        page = read_page(BoardPageRequest(repo=str(clone), board_id=board_id, start=start, **request))
+        page = read_page(
+            BoardPageRequest(repo=str(clone), board_id=board_id, start=start, **request))
         pages.append(page)
         assert page.next > start, "a page always moves forward"
         start = page.next
@@ -59,13 +60,15 @@ def test_a_stored_board_reads_back_every_task_once_in_pages(clone, tmp_path):
     path = write_noop_board(tmp_path / "b.toml", 1234, max_parallel=7)
     stored = store_board_file(path, str(clone))
     assert stored.reference.tasks == 1234 and stored.reference.open_tasks == 1234
-    assert stored.settings.name == "noop" and stored.settings.max_parallel == 7 and stored.settings.tasks == []
+    assert (stored.settings.name == "noop" and stored.settings.max_parallel == 7
+            and stored.settings.tasks == [])
     pages = all_pages(clone, stored.reference.board_id, max_tasks=100)
     ids = [t.id for p in pages for t in p.tasks]
     assert ids == [f"n{i}" for i in range(1234)]
     assert len(pages) == 13 and all(len(p.tasks) <= 100 for p in pages)
     first = pages[0].tasks[0]
-    assert (first.run, first.verify, first.worktree, first.branch) == ("true", "true", False, "task/n0")
+    assert (first.run, first.verify, first.worktree, first.branch) == (
+        "true", "true", False, "task/n0")
 
 
 def test_stored_pages_are_the_tasks_the_board_parser_reads(clone):
@@ -74,14 +77,16 @@ def test_stored_pages_are_the_tasks_the_board_parser_reads(clone):
     parsed = load_board(path)
     (page,) = all_pages(clone, stored.reference.board_id)
     assert page.tasks == [t for t in parsed.tasks if not t.done]
-    assert stored.settings.max_parallel == parsed.max_parallel and stored.settings.name == parsed.name
+    assert (stored.settings.max_parallel == parsed.max_parallel
+            and stored.settings.name == parsed.name)
 
 
 def test_a_malformed_task_on_page_7_fails_alone_naming_its_line(clone, tmp_path):
     clean = store_board_file(write_noop_board(tmp_path / "clean.toml", 6000), str(clone)).reference
     starts = page_starts(str(clone), clean.board_id, 7)
     bad = starts[6] + 17  # on page 7 (rows before it are the same on both boards, so are the pages)
-    path = write_noop_board(tmp_path / "b.toml", 6000, bad_rows={bad: "run = 5", bad + 1: 'run = "unterminated'})
+    path = write_noop_board(tmp_path / "b.toml", 6000,
+                            bad_rows={bad: "run = 5", bad + 1: 'run = "unterminated'})
     stored = store_board_file(path, str(clone))
     pages = all_pages(clone, stored.reference.board_id)
     refused = [r for p in pages for r in p.refused]
@@ -98,14 +103,18 @@ def test_a_malformed_task_on_page_7_fails_alone_naming_its_line(clone, tmp_path)
 
 def test_board_wide_problems_refuse_the_board_before_anything_is_stored(clone, tmp_path):
     cases = {
-        'run = "x"\nverify = "y"\ncolour = "red"\n[[tasks]]\nid = "A"\n': "unknown board key(s) colour",
-        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n': "land must be 'push', 'merge' or 'queue'",
-        'run = "x"\ntimeout_seconds = -1\n[[tasks]]\nid = "A"\n': "board-wide settings: timeout_seconds must be",
+        'run = "x"\nverify = "y"\ncolour = "red"\n[[tasks]]\nid = "A"\n':
+            "unknown board key(s) colour",
+        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n':
+            "land must be 'push', 'merge' or 'queue'",
+        'run = "x"\ntimeout_seconds = -1\n[[tasks]]\nid = "A"\n':
+            "board-wide settings: timeout_seconds must be",
         'run = "x"\nverify = "y"\n': "no [[tasks]] tables",
         'run = "x\n[[tasks]]\nid = "A"\n': "not valid TOML",
-        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n': ":5: duplicate task id A (first on line 3)",
-        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "B"\nbranch = "task/A"\n': (
-            ":5: tasks A (line 3) and B share branch task/A"),
+        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n':
+            ":5: duplicate task id A (first on line 3)",
+        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "B"\nbranch = "task/A"\n':
+            ":5: tasks A (line 3) and B share branch task/A",
     }
     for number, (text, message) in enumerate(cases.items()):
         path = tmp_path / f"b{number}.toml"
@@ -156,7 +165,8 @@ def test_per_task_problems_fail_that_task_with_its_line(clone, tmp_path):
     assert reasons["B"].startswith(f"{path}:{header['B']}: unknown key(s) size")
     assert reasons["C"].startswith(f"{path}:{header['C']}: task C: ") and "'-'" in reasons["C"]
     assert reasons["D"] == f"{path}:{header['D']}: 'due': a date is not a board value"
-    assert reasons["E"].startswith(f"{path}:{line_of(path, 'x')}: not valid TOML")  # the line of the error
+    # the line of the error
+    assert reasons["E"].startswith(f"{path}:{line_of(path, 'x')}: not valid TOML")
     assert reasons["F"].startswith(f"{path}:{header['F']}: unknown key(s) extra")
 
 
@@ -213,7 +223,8 @@ def test_markdown_board_rows_keep_their_lines_and_done_rows_are_not_dispatched(c
     stored = store_board_file(bad, str(clone), run="true", verify="true")
     (page,) = all_pages(clone, stored.reference.board_id)
     (refused,) = page.refused
-    assert refused.id == "T2.3" and refused.reason.startswith(f"{bad}:{refused.line}: status must be [ ] or [x]")
+    assert refused.id == "T2.3" and refused.reason.startswith(
+        f"{bad}:{refused.line}: status must be [ ] or [x]")
     assert "T2.3" in bad.read_text().splitlines()[refused.line - 1]
     with pytest.raises(BoardError, match="has no run command"):
         store_board_file(path, str(clone))
@@ -248,7 +259,8 @@ async def test_unreachable_clone_and_unknown_board_are_one_clear_line(clone, tmp
     missing = "0123456789abcdef0123456789abcdef01234567"
     with pytest.raises(ApplicationError, match=f"no stored board {missing}") as caught:
         await ActivityEnvironment().run(
-            BoardStoreActivities().load_board_page, BoardPageRequest(repo=str(clone), board_id=missing, start=0)
+            BoardStoreActivities().load_board_page,
+            BoardPageRequest(repo=str(clone), board_id=missing, start=0)
         )
     assert caught.value.non_retryable
 
@@ -263,21 +275,26 @@ async def test_activities_load_a_page_and_record_a_batch_once(clone, tmp_path):
     assert [t.id for t in page.tasks] == ["n10", "n11", "n12", "n13", "n14"] and page.next == 15
     ref = run_ref("taskfleet-run-noop-1", "run-1")
     batch = OutcomeBatch(repo=str(clone), run_ref=ref, batch_id="1-0",
-                         outcomes=[TaskOutcome(id=t.id, status="succeeded") for t in page.tasks], rows=page.rows)
+                         outcomes=[TaskOutcome(id=t.id, status="succeeded") for t in page.tasks],
+                         rows=page.rows)
     first = await env.run(activities.record_outcomes, batch)
     again = await env.run(activities.record_outcomes, batch)  # a retry after a lost reply
     assert (first.recorded, first.already_recorded) == (5, False)
     assert again.already_recorded and again.commit == first.commit
     assert [o["id"] for o in iter_run_outcomes(str(clone), ref)] == [t.id for t in page.tasks]
-    assert next(iter_run_outcomes(str(clone), ref)) == {**asdict(TaskOutcome(id="n10", status="succeeded")), "row": 10}
+    assert next(iter_run_outcomes(str(clone), ref)) == {
+        **asdict(TaskOutcome(id="n10", status="succeeded")), "row": 10}
     # a small run's outcomes come back in board order (the store keeps them in finishing order)
-    late = OutcomeBatch(repo=str(clone), run_ref=ref, batch_id="1-1", outcomes=[TaskOutcome(id="n3", status="failed")],
-                        rows=[3])
+    late = OutcomeBatch(repo=str(clone), run_ref=ref, batch_id="1-1",
+                        outcomes=[TaskOutcome(id="n3", status="failed")], rows=[3])
     await env.run(activities.record_outcomes, late)
-    small = await env.run(activities.read_outcomes, ReadOutcomesRequest(repo=str(clone), run_ref=ref))
-    assert small.complete and [o.id for o in small.outcomes] == ["n3", "n10", "n11", "n12", "n13", "n14"]
+    small = await env.run(activities.read_outcomes,
+                          ReadOutcomesRequest(repo=str(clone), run_ref=ref))
+    assert small.complete and [o.id for o in small.outcomes] == [
+        "n3", "n10", "n11", "n12", "n13", "n14"]
     assert small.outcomes[0] == TaskOutcome(id="n3", status="failed")
-    big = await env.run(activities.read_outcomes, ReadOutcomesRequest(repo=str(clone), run_ref=ref, max_outcomes=5))
+    big = await env.run(activities.read_outcomes,
+                        ReadOutcomesRequest(repo=str(clone), run_ref=ref, max_outcomes=5))
     assert not big.complete and big.outcomes == []
 
 
@@ -288,7 +305,8 @@ def test_parallel_writers_lose_no_outcome(clone):
     def writer(w: int) -> None:
         try:
             for b in range(8):
-                append_outcomes(clone, ref, f"w{w}-{b}", [{"id": f"w{w}-b{b}-{i}"} for i in range(3)])
+                append_outcomes(clone, ref, f"w{w}-{b}",
+                                [{"id": f"w{w}-b{b}-{i}"} for i in range(3)])
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
@@ -299,12 +317,14 @@ def test_parallel_writers_lose_no_outcome(clone):
         t.join()
     assert not errors, errors
     ids = [o["id"] for o in iter_outcomes(clone, ref)]
-    assert sorted(ids) == sorted(f"w{w}-b{b}-{i}" for w in range(6) for b in range(8) for i in range(3))
+    assert sorted(ids) == sorted(f"w{w}-b{b}-{i}" for w in range(6) for b in range(8)
+                                 for i in range(3))
     assert int(git(clone, "rev-list", "--count", ref)) == 48
 
 
 def test_run_refs_are_valid_and_distinct_for_any_workflow_id(clone):
-    ids = ["plain", "with space/and..dots.lock", ".hidden", "ünïcode", "a" * 300, "with space/and..dots.lock!"]
+    ids = ["plain", "with space/and..dots.lock", ".hidden", "ünïcode", "a" * 300,
+           "with space/and..dots.lock!"]
     refs = {run_ref(w, "0f3c-1") for w in ids}
     assert len(refs) == len(ids)
     for ref in refs:
@@ -319,7 +339,8 @@ def test_reading_a_run_that_recorded_nothing_or_a_missing_clone(clone, tmp_path)
 
 def test_streamed_json_is_the_json_of_the_whole_object():
     head = {"status": "COMPLETED", "counts": {"succeeded": 2, "failed": 0}}
-    tasks = [{"id": "a", "status": "succeeded", "nested": {"x": [1, 2]}}, {"id": "b", "status": "failed"}]
+    tasks = [{"id": "a", "status": "succeeded", "nested": {"x": [1, 2]}},
+             {"id": "b", "status": "failed"}]
     tail = {"stats": {"runs": 3, "list": [1, {"y": 2}]}}
     for rows in (tasks, []):
         out = io.StringIO()
@@ -335,9 +356,11 @@ def test_noop_boards_parse_as_boards(tmp_path):
 
 
 async def test_an_inline_board_is_stored_by_an_activity_and_read_back(clone):
-    tasks = [TaskSpec(id=f"t{i}", run="true", verify="true", worktree=False, done=i == 1) for i in range(4)]
+    tasks = [TaskSpec(id=f"t{i}", run="true", verify="true", worktree=False, done=i == 1)
+             for i in range(4)]
     reference = await ActivityEnvironment().run(
-        BoardStoreActivities().store_board, StoreBoardInput(repo=str(clone), board=Board(tasks=tasks, name="inline"))
+        BoardStoreActivities().store_board,
+        StoreBoardInput(repo=str(clone), board=Board(tasks=tasks, name="inline"))
     )
     assert (reference.tasks, reference.open_tasks, reference.name) == (4, 3, "inline")
     (page,) = all_pages(clone, reference.board_id)
@@ -345,6 +368,7 @@ async def test_an_inline_board_is_stored_by_an_activity_and_read_back(clone):
     assert page.rows == [0, 2, 3] and page.done == 1
     with pytest.raises(ApplicationError, match="cannot store the board") as caught:
         await ActivityEnvironment().run(
-            BoardStoreActivities().store_board, StoreBoardInput(repo=str(clone) + "-gone", board=Board(tasks=tasks))
+            BoardStoreActivities().store_board,
+            StoreBoardInput(repo=str(clone) + "-gone", board=Board(tasks=tasks))
         )
     assert caught.value.non_retryable

@@ -39,7 +39,8 @@ async def test_cancel_stops_running_tasks_without_waiting_for_the_heartbeat_thro
     pids = tmp_path / f"pids-{uuid.uuid4().hex[:10]}"
     pids.mkdir()
     async with make_worker() as worker:
-        handle = await start_board(client, running_board(pids, 3), str(git_remote.clone), task_queue=task_queue)
+        handle = await start_board(client, running_board(pids, 3), str(git_remote.clone),
+                                   task_queue=task_queue)
 
         async def all_running() -> None:
             assert len(list(pids.iterdir())) == 3
@@ -57,10 +58,12 @@ async def test_cancel_stops_running_tasks_without_waiting_for_the_heartbeat_thro
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(handle.result(), CANCEL_BOUND_SECONDS)
-        assert worker.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
+        assert (worker.config(active_config=True)["max_heartbeat_throttle_interval"]
+                == timedelta(seconds=1))
     assert processes_with_environ(f"CANCEL_TEST={pids.name}") == []
     worktrees = settings.worktrees_dir
-    assert not worktrees.exists() or [p for p in worktrees.rglob("*") if p.is_dir() and p.parent.parent == worktrees] == []
+    assert not worktrees.exists() or [p for p in worktrees.rglob("*")
+                                      if p.is_dir() and p.parent.parent == worktrees] == []
     for i in range(3):
         assert not git_remote.remote_ref(f"task/C{i}")
 
@@ -71,5 +74,7 @@ async def test_a_throttle_the_user_chose_is_kept(client, task_queue, settings):
     ours = Worker(client, task_queue=task_queue, plugins=[TaskfleetPlugin(settings)])
     theirs = Worker(client, task_queue=task_queue + "-theirs", plugins=[TaskfleetPlugin(settings)],
                     max_heartbeat_throttle_interval=timedelta(seconds=5))
-    assert ours.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(seconds=1)
-    assert theirs.config(active_config=True)["max_heartbeat_throttle_interval"] == timedelta(seconds=5)
+    assert (ours.config(active_config=True)["max_heartbeat_throttle_interval"]
+            == timedelta(seconds=1))
+    assert (theirs.config(active_config=True)["max_heartbeat_throttle_interval"]
+            == timedelta(seconds=5))

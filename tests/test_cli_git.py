@@ -20,7 +20,8 @@ async def taskfleet(address: str, task_queue: str, *args: str) -> subprocess.Com
     return subprocess.CompletedProcess(cmd, proc.returncode, out.decode(), err.decode())
 
 
-async def test_cli_enqueue_flush_status(server_address, task_queue, make_worker, git_remote: GitRemoteFixture):
+async def test_cli_enqueue_flush_status(server_address, task_queue, make_worker,
+                                        git_remote: GitRemoteFixture):
     fx = git_remote
     repo = ["--repo", str(fx.clone)]
     wt = fx.worktree("cli/one")
@@ -28,16 +29,19 @@ async def test_cli_enqueue_flush_status(server_address, task_queue, make_worker,
     async with make_worker():
         # Started with a long batch age, so the explicit flush below is what lands the op (on a busy
         # machine the CLI starts between enqueue and flush can outlast the default 5 s).
-        sent = await taskfleet(server_address, task_queue, "git", "enqueue", *repo, "--op-type", "commit",
-                               "--branch", "cli/one", "--message", "from the cli", "--worktree", str(wt),
-                               "--id", "cli-1", "--max-batch-age-seconds", "600")
+        sent = await taskfleet(server_address, task_queue, "git", "enqueue", *repo,
+                               "--op-type", "commit", "--branch", "cli/one", "--message",
+                               "from the cli", "--worktree", str(wt), "--id", "cli-1",
+                               "--max-batch-age-seconds", "600")
         assert sent.returncode == 0, sent.stderr
         assert git_batch_workflow_id(str(fx.clone), "origin", task_queue) in sent.stdout
 
-        bad = await taskfleet(server_address, task_queue, "git", "enqueue", *repo, "--wait", "--branch=-x")
+        bad = await taskfleet(server_address, task_queue, "git", "enqueue", *repo,
+                              "--wait", "--branch=-x")
         assert bad.returncode == 1 and "starts with '-'" in bad.stderr
 
-        flushed = await taskfleet(server_address, task_queue, "git", "flush", *repo, "--wait", "--json")
+        flushed = await taskfleet(server_address, task_queue, "git", "flush", *repo,
+                                  "--wait", "--json")
         assert flushed.returncode == 0, flushed.stderr
         result = json.loads(flushed.stdout)
         assert [(o["op_id"], o["status"]) for o in result["outcomes"]] == [("cli-1", "landed")]
@@ -51,17 +55,19 @@ async def test_cli_enqueue_flush_status(server_address, task_queue, make_worker,
     assert fx.pushes() == 1
 
 
-async def test_cli_retry_lands_a_failed_batch_and_refuses_an_unknown_one(server_address, task_queue, make_worker,
-                                                                        git_remote: GitRemoteFixture, tmp_path):
-    """`git retry` sends the batcher's `retry` update: a failed batch lands once its cause is gone; an
-    id that names no failed batch is one line and exit 1."""
+async def test_cli_retry_lands_a_failed_batch_and_refuses_an_unknown_one(
+        server_address, task_queue, make_worker, git_remote: GitRemoteFixture, tmp_path):
+    """`git retry` sends the batcher's `retry` update: a failed batch lands once its cause is gone;
+    an id that names no failed batch is one line and exit 1."""
     clone = tmp_path / "later-clone"
     clone.mkdir()  # not a clone yet: the first push fails, and its batch is kept
     repo = ["--repo", str(clone)]
     async with make_worker():
-        sent = await taskfleet(server_address, task_queue, "git", "enqueue", "main", *repo, "--max-wait-seconds", "600")
+        sent = await taskfleet(server_address, task_queue, "git", "enqueue", "main", *repo,
+                               "--max-wait-seconds", "600")
         assert sent.returncode == 0, sent.stderr
-        flushed = await taskfleet(server_address, task_queue, "git", "flush", *repo, "--wait", "--json")
+        flushed = await taskfleet(server_address, task_queue, "git", "flush", *repo,
+                                  "--wait", "--json")
         assert flushed.returncode == 1
         batch_id = json.loads(flushed.stdout)["batch_ids"][0]
         git(tmp_path, "clone", "-q", str(git_remote.remote), str(clone))

@@ -1,4 +1,5 @@
-"""The main job from the command line: `taskfleet demo`, `taskfleet run|status|cancel`, `lessons`."""
+"""The main job from the command line: `taskfleet demo`, `taskfleet run|status|cancel`,
+`lessons`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from taskfleet.devserver.server import find_temporal_cli
 from tests.conftest import ROOT, GitRemoteFixture, eventually, python_cmd
 
 
-async def cli(address: str, *args: str, task_queue: str = "taskfleet", timeout: float = 120) -> subprocess.CompletedProcess:
+async def cli(address: str, *args: str, task_queue: str = "taskfleet",
+              timeout: float = 120) -> subprocess.CompletedProcess:
     cmd = python_cmd("-m", "taskfleet.cli", "--address", address, "--task-queue", task_queue, *args)
     proc = await asyncio.create_subprocess_exec(
         *cmd, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -29,26 +31,29 @@ async def cli(address: str, *args: str, task_queue: str = "taskfleet", timeout: 
 
 @pytest.mark.smoke
 async def test_demo_runs_the_example_board_with_one_push(server_address: str, tmp_path: Path):
-    # As a person with TEMPORAL_ADDRESS set runs it: no --address, the server they already run is used.
+    # As a person with TEMPORAL_ADDRESS set runs it: no --address, the server they already run is
+    # used.
     env = {**os.environ, "TEMPORAL_ADDRESS": server_address}
     proc = await asyncio.create_subprocess_exec(
-        *python_cmd("-m", "taskfleet.cli", "demo", "--state-dir", str(tmp_path / "state"), "--no-wait"),
+        *python_cmd("-m", "taskfleet.cli", "demo", "--state-dir", str(tmp_path / "state"),
+                    "--no-wait"),
         cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
-    done = subprocess.CompletedProcess("taskfleet demo", proc.returncode, out.decode(), err.decode())
+    done = subprocess.CompletedProcess("taskfleet demo", proc.returncode,
+                                       out.decode(), err.decode())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"--address {server_address} status" in done.stdout  # the user's server, kept up: not one of ours
+    # the user's server, kept up: not one of ours
+    assert f"--address {server_address} status" in done.stdout
     assert "pushes:   1 for 9 landed tasks" in done.stdout
     assert "Web UI:   http://localhost:" in done.stdout
     speedup = float(done.stdout.split("speed-up: ")[1].split("x")[0])
     assert speedup >= 4
     workflow_id = done.stdout.split(" as ")[1].split()[0]
-    listed = subprocess.run(
-        [find_temporal_cli(), "workflow", "list", "--address", server_address, "--query", f'WorkflowId="{workflow_id}"'],
-        capture_output=True, text=True, timeout=30,
-    )
+    listed = subprocess.run([find_temporal_cli(), "workflow", "list", "--address", server_address,
+                             "--query", f'WorkflowId="{workflow_id}"'], capture_output=True,
+                            text=True, timeout=30)
     assert workflow_id in listed.stdout and "Completed" in listed.stdout
     clone = tmp_path / "state" / "demo" / "clone"
     assert (clone / ".git").is_dir()
@@ -59,28 +64,33 @@ async def test_demo_runs_the_example_board_with_one_push(server_address: str, tm
              f'WorkflowType="GitBatchWorkflow" AND TaskQueue="{DEMO_TASK_QUEUE}"'],
             capture_output=True, text=True, timeout=30,
         )
-        assert "taskfleet-git-clone-origin" in listed.stdout and "Running" not in listed.stdout, listed.stdout
+        assert ("taskfleet-git-clone-origin" in listed.stdout
+                and "Running" not in listed.stdout), listed.stdout
         return listed.stdout
 
     assert "Terminated" in await eventually(batcher_ended, timeout=30)
     # ... and `status` on the finished run answers at once, with no worker (the demo's has stopped).
     shown = await cli(server_address, "status", workflow_id, timeout=20)
-    assert shown.returncode == 0 and "COMPLETED" in shown.stdout and "9/9 done" in shown.stdout, shown.stderr
+    assert (shown.returncode == 0 and "COMPLETED" in shown.stdout
+            and "9/9 done" in shown.stdout), shown.stderr
     assert shown.stderr == ""
     # The closing hint names commands that run as printed (the server it points at is still up).
     assert f"status {workflow_id}" in done.stdout and "workflow list --address" in done.stdout
 
 
-async def test_run_status_and_refused_board(server_address, task_queue, make_worker, git_remote: GitRemoteFixture, tmp_path):
+async def test_run_status_and_refused_board(server_address, task_queue, make_worker,
+                                            git_remote: GitRemoteFixture, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('run = "true"\nverify = "true"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n')
-    refused = await cli(server_address, "run", str(bad), "--repo", str(git_remote.clone), task_queue=task_queue)
+    refused = await cli(server_address, "run", str(bad), "--repo", str(git_remote.clone),
+                        task_queue=task_queue)
     assert refused.returncode == 2 and "duplicate task id A" in refused.stderr
 
     board = ROOT / "examples" / "board-example.md"
     async with make_worker():
         ran = await cli(
-            server_address, "run", str(board), "--repo", str(git_remote.clone), "--json", "--id", f"run-{task_queue}",
+            server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
+            "--id", f"run-{task_queue}",
             "--run", 'echo "$TASKFLEET_TASK_ID" >> tasks-done.txt',
             "--verify", 'grep -q "$TASKFLEET_TASK_ID" tasks-done.txt',
             task_queue=task_queue,
@@ -89,12 +99,15 @@ async def test_run_status_and_refused_board(server_address, task_queue, make_wor
         result = json.loads(ran.stdout)
         assert [t["id"] for t in result["tasks"]] == ["T2.2", "T2.3", "T2.4"]  # T2.1 is [x] already
         assert all(t["landed"] for t in result["tasks"])
-        assert {"wall_seconds", "task_seconds", "speedup", "pushes", "network_savings"} <= set(result["stats"])
+        assert {"wall_seconds", "task_seconds", "speedup", "pushes",
+                "network_savings"} <= set(result["stats"])
         assert result["workflow_id"] == f"run-{task_queue}"  # what `status` and `cancel` take
-        shown = await cli(server_address, "status", result["workflow_id"], "--json", task_queue=task_queue)
+        shown = await cli(server_address, "status", result["workflow_id"], "--json",
+                          task_queue=task_queue)
         status = json.loads(shown.stdout)
         assert status["status"] == "COMPLETED" and status["counts"]["landed"] == 3
-        assert [t["id"] for t in status["tasks"]] == ["T2.2", "T2.3", "T2.4"]  # board order, as `run --json`
+        # board order, as `run --json`
+        assert [t["id"] for t in status["tasks"]] == ["T2.2", "T2.3", "T2.4"]
         stats = await cli(server_address, "lessons", "stats", "--json", task_queue=task_queue)
         assert json.loads(stats.stdout)["lessons"] == 0
     assert git_remote.remote_ref("task/T2.4")
@@ -113,8 +126,9 @@ async def test_after_a_cancel_run_and_status_still_say_what_ran_and_landed(
     )
     workflow_id = f"cancel-{task_queue}"
     async with make_worker():
-        running = asyncio.create_task(cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
-                                          "--id", workflow_id, task_queue=task_queue))
+        running = asyncio.create_task(cli(server_address, "run", str(board), "--repo",
+                                          str(git_remote.clone), "--json", "--id", workflow_id,
+                                          task_queue=task_queue))
         handle = client.get_workflow_handle(workflow_id)
 
         async def quick_done() -> None:
@@ -137,26 +151,31 @@ async def test_after_a_cancel_run_and_status_still_say_what_ran_and_landed(
         assert git_remote.remote_ref("task/quick") and not git_remote.remote_ref("task/slow")
         status = await cli(server_address, "status", workflow_id, "--json", task_queue=task_queue)
         assert status.returncode == 1  # closed without a result
-        assert {t["id"]: t["landed"] for t in json.loads(status.stdout)["tasks"]} == {"quick": True, "slow": False}
+        assert {t["id"]: t["landed"] for t in json.loads(status.stdout)["tasks"]} == {
+            "quick": True, "slow": False}
         text = await cli(server_address, "status", workflow_id, task_queue=task_queue)
         assert "CANCELED" in text.stdout and "quick" in text.stdout and "landed" in text.stdout
 
 
-async def test_small_mistakes_on_the_command_line_are_one_line_each(server_address, task_queue, make_worker, git_remote, tmp_path):
-    """A zero window, a refused lessons query, cancelling a run that has ended: one line, no traceback."""
+async def test_small_mistakes_on_the_command_line_are_one_line_each(
+        server_address, task_queue, make_worker, git_remote, tmp_path):
+    """A zero window, a refused lessons query, cancelling a run that has ended: one line,
+    no traceback."""
     board = tmp_path / "b.toml"
     board.write_text('name = "m"\nrun = "true"\nverify = "true"\n[[tasks]]\nid = "m1"\n')
-    zero = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--max-parallel", "0",
-                     task_queue=task_queue)
+    zero = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                     "--max-parallel", "0", task_queue=task_queue)
     assert zero.returncode == 2 and "max_parallel" in zero.stderr and "Traceback" not in zero.stderr
     async with make_worker():
-        bad = await cli(server_address, "lessons", "query", "--seen-after", "notadate", task_queue=task_queue)
+        bad = await cli(server_address, "lessons", "query", "--seen-after", "notadate",
+                        task_queue=task_queue)
         assert bad.returncode == 2 and "notadate" in bad.stderr and "Traceback" not in bad.stderr
-        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
-                        "--id", f"ended-{task_queue}", task_queue=task_queue)
+        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                        "--json", "--id", f"ended-{task_queue}", task_queue=task_queue)
         assert ran.returncode == 0, ran.stderr
     again = await cli(server_address, "cancel", f"ended-{task_queue}", task_queue=task_queue)
-    assert again.returncode == 1 and "nothing to cancel" in again.stderr and "COMPLETED" in again.stderr
+    assert (again.returncode == 1 and "nothing to cancel" in again.stderr
+            and "COMPLETED" in again.stderr)
 
 
 async def test_status_exits_as_run_does_and_takes_connection_flags_after_the_command(
@@ -167,14 +186,15 @@ async def test_status_exits_as_run_does_and_takes_connection_flags_after_the_com
     board.write_text('name = "mixed"\nrun = "true"\n[[tasks]]\nid = "good"\nverify = "true"\n'
                      '[[tasks]]\nid = "bad"\nverify = "false"\n')
     async with make_worker():
-        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
-                        "--id", f"mixed-{task_queue}", task_queue=task_queue)
+        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                        "--json", "--id", f"mixed-{task_queue}", task_queue=task_queue)
     assert ran.returncode == 1, ran.stderr
-    after = python_cmd("-m", "taskfleet.cli", "status", f"mixed-{task_queue}", "--address", server_address,
-                       "--task-queue", task_queue)
+    after = python_cmd("-m", "taskfleet.cli", "status", f"mixed-{task_queue}", "--address",
+                       server_address, "--task-queue", task_queue)
     shown = subprocess.run(after, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert shown.returncode == 1, shown.stderr
     assert "COMPLETED" in shown.stdout and "1 failed" in shown.stdout
-    missing = await cli(server_address, "status", f"nothing-{task_queue}", "--json", task_queue=task_queue)
+    missing = await cli(server_address, "status", f"nothing-{task_queue}", "--json",
+                        task_queue=task_queue)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert json.loads(missing.stdout)["error"].startswith(f"no run nothing-{task_queue}")

@@ -31,8 +31,10 @@ def test_full_stack_uses_server_and_admin_tools_not_auto_setup():
 
 
 def test_start_order_waits_on_health_and_schema():
-    assert SERVICES["temporal-admin-tools"]["depends_on"]["postgresql"]["condition"] == "service_healthy"
-    assert SERVICES["temporal"]["depends_on"]["temporal-admin-tools"]["condition"] == "service_completed_successfully"
+    assert (SERVICES["temporal-admin-tools"]["depends_on"]["postgresql"]["condition"]
+            == "service_healthy")
+    assert (SERVICES["temporal"]["depends_on"]["temporal-admin-tools"]["condition"]
+            == "service_completed_successfully")
     assert SERVICES["temporal-ui"]["depends_on"]["temporal"]["condition"] == "service_healthy"
     worker_deps = SERVICES["taskfleet-worker"]["depends_on"]
     assert worker_deps["temporal-create-namespace"]["condition"] == "service_completed_successfully"
@@ -55,8 +57,10 @@ def test_dev_profile_is_the_single_dev_server_image():
     assert image("temporal-dev") == "temporalio/temporal"
     assert "start-dev" in dev["command"] and "TaskfleetKind=Keyword" in dev["command"]
     assert env("taskfleet-worker-dev")["TEMPORAL_ADDRESS"] == "temporal-dev:7233"
-    host_ports = {p.split(":")[0] for n in SERVICES if "dev" not in SERVICES[n].get("profiles", []) for p in SERVICES[n].get("ports", [])}
-    assert not host_ports & {p.split(":")[0] for p in dev["ports"]}, "dev profile ports must not clash"
+    host_ports = {p.split(":")[0] for n in SERVICES if "dev" not in SERVICES[n].get("profiles", [])
+                  for p in SERVICES[n].get("ports", [])}
+    assert not host_ports & {p.split(":")[0] for p in dev["ports"]}, (
+        "dev profile ports must not clash")
 
 
 def test_referenced_files_exist():
@@ -68,4 +72,5 @@ def test_referenced_files_exist():
     assert 'CMD ["taskfleet-worker"]' in dockerfile
     for folder in ("taskfleet", "workflows", "activities", "examples"):
         assert f"COPY {folder}" in dockerfile
-    assert Path(ROOT / "docker" / "create-namespace.sh").read_text().count("search-attribute create") == 1
+    assert Path(ROOT / "docker" / "create-namespace.sh").read_text().count(
+        "search-attribute create") == 1

@@ -1,6 +1,7 @@
-"""The embedded dev server (`worker.py --dev`, `taskfleet demo`) starts on a SQLite file that another
-process still holds for a moment, as when a killed worker's server is still shutting down as its
-replacement starts: it is started again until the file is free, not reported as a failed start."""
+"""The embedded dev server (`worker.py --dev`, `taskfleet demo`) starts on a SQLite file that
+another process still holds for a moment, as when a killed worker's server is still shutting down as
+its replacement starts: it is started again until the file is free,
+not reported as a failed start."""
 
 from __future__ import annotations
 
@@ -17,15 +18,18 @@ from tests.conftest import eventually, free_port
 pytestmark = pytest.mark.slow  # starts a server of its own
 
 
-@pytest.mark.parametrize("old_server_logging", [False, True], ids=["quiet", "old-server-still-logging"])
-async def test_a_server_whose_database_is_held_starts_once_it_is_released(tmp_path: Path, old_server_logging: bool):
+@pytest.mark.parametrize("old_server_logging", [False, True],
+                         ids=["quiet", "old-server-still-logging"])
+async def test_a_server_whose_database_is_held_starts_once_it_is_released(
+        tmp_path: Path, old_server_logging: bool):
     """With `old_server_logging`, the holder keeps writing into the same log (as a server shutting
     down does), so the refusal is never among the log's last lines."""
     state = tmp_path / "state"
     config = load_connect_config(f"127.0.0.1:{free_port()}", "default")
 
     async def session() -> bool:
-        async with dev_server_session(config, state, ui_port=free_port(), start_timeout=60) as running:
+        async with dev_server_session(config, state, ui_port=free_port(),
+                                      start_timeout=60) as running:
             await running.client.count_workflows()
             return running.started_here
 
@@ -38,7 +42,8 @@ async def test_a_server_whose_database_is_held_starts_once_it_is_released(tmp_pa
     try:
 
         async def refused_while_held() -> None:
-            assert log.exists() and DATABASE_BUSY in log.read_text(errors="replace"), "not refused yet"
+            assert log.exists() and DATABASE_BUSY in log.read_text(errors="replace"), (
+                "not refused yet")
             assert not started.done(), started
 
         await eventually(refused_while_held, timeout=30)

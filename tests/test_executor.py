@@ -36,7 +36,8 @@ def test_only_commands_without_shell_syntax_start_directly(command, argv):
 async def _run(tmp_path: Path, command: str, timeout: float = 10):
     log_path = tmp_path / "task.log"
     with open(log_path, "a+b") as log:
-        ran = await run_command(command, tmp_path, dict(os.environ), log, timeout, lambda: None, "run")
+        ran = await run_command(command, tmp_path, dict(os.environ), log, timeout,
+                                lambda: None, "run")
         return ran, tail(log)
 
 

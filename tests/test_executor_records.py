@@ -16,7 +16,8 @@ from taskfleet.activities.processes.executor_records import (
 
 
 def sleeper(token: str) -> subprocess.Popen:
-    return subprocess.Popen(["sleep", "60"], env={**os.environ, TOKEN_VARIABLE: token}, start_new_session=True)
+    return subprocess.Popen(["sleep", "60"], env={**os.environ, TOKEN_VARIABLE: token},
+                            start_new_session=True)
 
 
 def test_a_dead_workers_running_executors_are_killed_and_finished_ones_left_alone(tmp_path: Path):
@@ -34,7 +35,8 @@ for i, token in enumerate(tokens):
 records.forget(tokens[1])
 print(" ".join(tokens))
 """
-    tokens = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    tokens = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True).stdout.split()
     running, finished = sleeper(tokens[0]), sleeper(tokens[1])
     try:
         journal = next(root.glob("*.journal"))

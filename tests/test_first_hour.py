@@ -61,8 +61,8 @@ async def test_run_checks_repo_base_and_remote_before_starting(
     ]
     for i, (flags, expected) in enumerate(cases):
         run_id = f"precheck-{task_queue}-{i}"
-        done = await taskfleet(server_address, "run", str(board), "--run", "true", "--id", run_id, *flags,
-                               cwd=user_dir, task_queue=task_queue)
+        done = await taskfleet(server_address, "run", str(board), "--run", "true", "--id", run_id,
+                               *flags, cwd=user_dir, task_queue=task_queue)
         assert_one_line_refusal(done, expected)
         await assert_no_workflow(client, run_id)
         repo = flags[1]
@@ -80,11 +80,13 @@ async def test_run_just_after_the_worker_stopped_still_says_no_worker_takes_it(
     # The worker is gone, but the server goes on listing it as a poller for minutes.
     assert await workflow_pollers(client, task_queue)
     board = write_board(user_dir, [("S1", "`true`")])
-    live = await LiveProcess.start(server_address, "run", str(board), "--repo", str(git_remote.clone),
-                                   "--run", "true", "--id", f"stale-{task_queue}", cwd=user_dir, task_queue=task_queue)
+    live = await LiveProcess.start(server_address, "run", str(board), "--repo",
+                                   str(git_remote.clone), "--run", "true", "--id",
+                                   f"stale-{task_queue}", cwd=user_dir, task_queue=task_queue)
     try:
         await live.wait_for_stderr(f"no worker polls task queue '{task_queue}'")
-        await live.wait_for_stderr(f"`taskfleet-worker --address {server_address} --task-queue {task_queue}`")
+        await live.wait_for_stderr(
+            f"`taskfleet-worker --address {server_address} --task-queue {task_queue}`")
         live.proc.send_signal(signal.SIGINT)
         code, _, err = await live.finish()
     finally:
@@ -98,14 +100,16 @@ async def test_run_without_worker_says_so_then_ctrl_c_says_how_to_follow(
 ):
     board = write_board(user_dir, [("W1", "`true`")])
     run_id = f"nobody-{task_queue}"
-    live = await LiveProcess.start(server_address, "run", str(board), "--repo", str(git_remote.clone),
-                                   "--run", "true", "--id", run_id, cwd=user_dir, task_queue=task_queue)
+    live = await LiveProcess.start(server_address, "run", str(board), "--repo",
+                                   str(git_remote.clone), "--run", "true", "--id", run_id,
+                                   cwd=user_dir, task_queue=task_queue)
     try:
         await live.wait_for_stderr(f"no worker polls task queue '{task_queue}'")
         assert live.proc.returncode is None  # it keeps waiting
         # A second run with the same id while this one is running: refused, one line.
         again = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone),
-                                "--run", "true", "--id", run_id, cwd=user_dir, task_queue=task_queue)
+                                "--run", "true", "--id", run_id, cwd=user_dir,
+                                task_queue=task_queue)
         assert_one_line_refusal(again, run_id, "still running")
         live.proc.send_signal(signal.SIGINT)
         code, _, err = await live.finish()
@@ -130,17 +134,21 @@ async def test_failure_reasons_in_full_in_json_and_status_and_the_table_points_b
     board = write_board(user_dir, [("F1", f"`echo '{long_message}' >&2; exit 3`")])
     run_id = f"reasons-{task_queue}"
     async with make_worker():
-        ran = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone), "--run", "true",
-                              "--id", run_id, "--json", cwd=user_dir, task_queue=task_queue)
+        ran = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                              "--run", "true", "--id", run_id, "--json", cwd=user_dir,
+                              task_queue=task_queue)
         assert ran.returncode == 1, ran.stderr
         reason = json.loads(ran.stdout)["tasks"][0]["reason"]
         assert len(reason) > 60
-        table = await taskfleet(server_address, "status", run_id, cwd=user_dir, task_queue=task_queue)
+        table = await taskfleet(server_address, "status", run_id, cwd=user_dir,
+                                task_queue=task_queue)
     assert table.returncode == 1, table.stderr  # as `run`: a task failed
     assert "(below)" in table.stdout and "F1: (log: " in table.stdout
     assert " ".join(reason.split()) in " ".join(table.stdout.split())
-    # After the worker is gone, status still answers (from the closed run's result), reasons in full.
-    shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir, task_queue=task_queue, timeout=20)
+    # After the worker is gone, status still answers (from the closed run's result), reasons in
+    # full.
+    shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir,
+                            task_queue=task_queue, timeout=20)
     assert shown.returncode == 1, shown.stderr
     status = json.loads(shown.stdout)
     assert status["status"] == "COMPLETED" and status["tasks"][0]["reason"] == reason
@@ -150,13 +158,16 @@ async def test_failure_reasons_in_full_in_json_and_status_and_the_table_points_b
 async def test_status_json_of_a_running_run_has_the_failed_tasks_reason(
     server_address, task_queue, client, make_worker, git_remote: GitRemoteFixture, user_dir
 ):
-    board = load_board(write_board(user_dir, [("R1", "`echo broken >&2; exit 4`"), ("R2", "`sleep 600`")]), run="true")
+    board = load_board(write_board(
+        user_dir, [("R1", "`echo broken >&2; exit 4`"), ("R2", "`sleep 600`")]), run="true")
     run_id = f"running-reasons-{task_queue}"
     async with make_worker():
-        handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue, workflow_id=run_id)
+        handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue,
+                                   workflow_id=run_id)
 
         async def failed_with_reason() -> None:
-            shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir, task_queue=task_queue)
+            shown = await taskfleet(server_address, "status", run_id, "--json", cwd=user_dir,
+                                    task_queue=task_queue)
             status = json.loads(shown.stdout)
             assert status["status"] == "RUNNING"
             r1 = next((t for t in status["tasks"] if t["id"] == "R1"), None)
@@ -174,15 +185,18 @@ async def test_status_of_a_finished_run_answers_without_a_worker(
     board = write_board(user_dir, [("S1", "`true`"), ("S2", "`true`")])
     run_id = f"finished-{task_queue}"
     async with make_worker():
-        ran = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone), "--run", "true",
-                              "--id", run_id, cwd=user_dir, task_queue=task_queue)
+        ran = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                              "--run", "true", "--id", run_id, cwd=user_dir, task_queue=task_queue)
         assert ran.returncode == 0, ran.stderr
-    shown = await taskfleet(server_address, "status", run_id, cwd=user_dir, task_queue=task_queue, timeout=20)
+    shown = await taskfleet(server_address, "status", run_id, cwd=user_dir,
+                            task_queue=task_queue, timeout=20)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"{run_id}: COMPLETED") and "2/2 done" in shown.stdout
     assert "2 landed" in shown.stdout and shown.stderr == ""
-    unknown = await taskfleet(server_address, "status", f"nothing-{task_queue}", cwd=user_dir, timeout=20)
-    assert unknown.returncode == 2 and unknown.stderr.strip() == f"taskfleet: no run nothing-{task_queue} in namespace default"
+    unknown = await taskfleet(server_address, "status", f"nothing-{task_queue}",
+                              cwd=user_dir, timeout=20)
+    assert unknown.returncode == 2 and unknown.stderr.strip() == (
+        f"taskfleet: no run nothing-{task_queue} in namespace default")
 
 
 async def test_verify_flag_and_a_code_span_cell_the_cell_wins_and_says_so(
@@ -190,9 +204,11 @@ async def test_verify_flag_and_a_code_span_cell_the_cell_wins_and_says_so(
 ):
     board = write_board(user_dir, [("V1", "`false`"), ("V2", "prose acceptance text")])
     async with make_worker():
-        ran = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone), "--run", "true",
-                              "--verify", "true", "--json", cwd=user_dir, task_queue=task_queue)
-    assert "--verify applies to the other tasks; V1 keep the command in their Verification cell" in ran.stderr
+        ran = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                              "--run", "true", "--verify", "true", "--json", cwd=user_dir,
+                              task_queue=task_queue)
+    assert ("--verify applies to the other tasks; V1 keep the command in their Verification cell"
+            in ran.stderr)
     statuses = {t["id"]: t["status"] for t in json.loads(ran.stdout)["tasks"]}
     assert statuses == {"V1": "failed", "V2": "succeeded"}
     assert ran.returncode == 1
@@ -235,10 +251,11 @@ async def test_progress_line_is_redrawn_at_the_end(
     assert "P3" in out.decode()
 
 
-async def test_empty_lessons_query_says_no_lessons_match(server_address, task_queue, make_worker, user_dir):
+async def test_empty_lessons_query_says_no_lessons_match(server_address, task_queue,
+                                                         make_worker, user_dir):
     async with make_worker():
-        done = await taskfleet(server_address, "lessons", "query", "--task-type", "nothing-like-this",
-                               cwd=user_dir, task_queue=task_queue)
+        done = await taskfleet(server_address, "lessons", "query", "--task-type",
+                               "nothing-like-this", cwd=user_dir, task_queue=task_queue)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("no lessons match")
 
@@ -250,7 +267,8 @@ async def test_run_json_into_a_closed_pipe_exits_quietly(
     command = (f"{TASKFLEET} --address {server_address} --task-queue {task_queue} run {board} "
                f"--repo {git_remote.clone} --run true --json")
     async with make_worker():
-        for reader in ("head -1", "true"):  # `true` never reads: the write always meets a closed pipe
+        # `true` never reads: the write always meets a closed pipe
+        for reader in ("head -1", "true"):
             proc = await asyncio.create_subprocess_exec(
                 "bash", "-c", f"{command} | {reader}; exit ${{PIPESTATUS[0]}}", cwd=user_dir,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -261,15 +279,17 @@ async def test_run_json_into_a_closed_pipe_exits_quietly(
             assert out.decode().strip() in ("{", "")
 
 
-async def test_flush_wait_prints_a_failed_batch_readably(server_address, task_queue, make_worker, user_dir):
+async def test_flush_wait_prints_a_failed_batch_readably(server_address, task_queue,
+                                                         make_worker, user_dir):
     not_a_clone = user_dir / "plain-folder"
     not_a_clone.mkdir()
     repo = ["--repo", str(not_a_clone)]
     async with make_worker():
-        sent = await taskfleet(server_address, "git", "enqueue", *repo, "--branch", "main", "--id", "op-1",
-                               cwd=user_dir, task_queue=task_queue)
+        sent = await taskfleet(server_address, "git", "enqueue", *repo, "--branch", "main", "--id",
+                               "op-1", cwd=user_dir, task_queue=task_queue)
         assert sent.returncode == 0, sent.stderr
-        flushed = await taskfleet(server_address, "git", "flush", *repo, "--wait", cwd=user_dir, task_queue=task_queue)
+        flushed = await taskfleet(server_address, "git", "flush", *repo, "--wait", cwd=user_dir,
+                                  task_queue=task_queue)
     assert flushed.returncode == 1, flushed.stderr
     text = flushed.stdout
     assert "failed" in text and "error:" in text and str(not_a_clone) in text

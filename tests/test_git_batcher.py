@@ -39,7 +39,8 @@ class LandedListener:
 
 
 def batcher(client: Client, fx: GitRemoteFixture, task_queue: str, **config) -> GitBatcherClient:
-    config.setdefault("max_batch_age_seconds", 3600)  # only size or an explicit flush, unless a test says
+    # only size or an explicit flush, unless a test says
+    config.setdefault("max_batch_age_seconds", 3600)
     return GitBatcherClient(client, GitBatchConfig(repo=str(fx.clone), **config), task_queue)
 
 
@@ -48,7 +49,8 @@ def commit_op(fx: GitRemoteFixture, branch: str, op_id: str = "", **kw) -> tuple
     wt = fx.worktree(branch)
     content = f"work of {branch}\n"
     fx.change(wt, f"{branch.replace('/', '_')}.txt", content)
-    return GitOp(op_type="commit", branch=branch, message=f"work on {branch}", worktree=str(wt), id=op_id, **kw), content
+    return (GitOp(op_type="commit", branch=branch, message=f"work on {branch}", worktree=str(wt),
+                  id=op_id, **kw), content)
 
 
 def remote_file(fx: GitRemoteFixture, branch: str, name: str) -> str:
@@ -56,7 +58,8 @@ def remote_file(fx: GitRemoteFixture, branch: str, name: str) -> str:
 
 
 @pytest.mark.smoke
-async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue, git_remote: GitRemoteFixture):
+async def test_ten_ops_two_pushes(client: Client, make_worker, task_queue,
+                                  git_remote: GitRemoteFixture):
     gb = batcher(client, git_remote, task_queue, max_batch_size=5)
     ops = [commit_op(git_remote, f"task/t{i}")[0] for i in range(10)]
     async with make_worker():
@@ -88,7 +91,8 @@ async def test_listeners_hear_of_each_batch_in_order_from_its_push(
     gb = batcher(client, git_remote, task_queue, max_batch_size=2)
     listener_ids = [f"listener-{i}-{task_queue}" for i in range(2)]
     for i in range(6):  # queued before a worker runs: the first workflow task cuts three batches
-        await gb.enqueue(commit_op(git_remote, f"told/{i}", op_id=f"told-{i}", reply_to=listener_ids[i % 2])[0])
+        await gb.enqueue(
+            commit_op(git_remote, f"told/{i}", op_id=f"told-{i}", reply_to=listener_ids[i % 2])[0])
     async with make_worker(workflows=[LandedListener]):
         listeners = [
             await client.start_workflow(LandedListener.run, id=listener_id, task_queue=task_queue)
@@ -184,7 +188,8 @@ async def test_a_flush_after_named_ops_waits_until_all_are_queued_then_lands_the
     assert [len(b.ops) for b in status.executed_batches] == [3, 1]
 
 
-async def test_a_flush_with_input_it_cannot_read_flushes_at_once(client: Client, make_worker, task_queue, git_remote):
+async def test_a_flush_with_input_it_cannot_read_flushes_at_once(
+        client: Client, make_worker, task_queue, git_remote):
     gb = batcher(client, git_remote, task_queue, max_batch_size=10)
     async with make_worker():
         await gb.enqueue(commit_op(git_remote, "odd/0")[0])
@@ -196,7 +201,8 @@ async def test_a_flush_with_input_it_cannot_read_flushes_at_once(client: Client,
     assert status.stats.total_batches == 2 and git_remote.pushes() == 2
 
 
-async def test_an_op_reaching_an_idle_batcher_lands_at_its_age(client: Client, make_worker, task_queue, git_remote):
+async def test_an_op_reaching_an_idle_batcher_lands_at_its_age(
+        client: Client, make_worker, task_queue, git_remote):
     """After a flush the batcher holds nothing and waits with no timer; a lone op sent then (as a
     person does with the temporal CLI) must still land once it is max_batch_age_seconds old."""
     gb = batcher(client, git_remote, task_queue, max_batch_size=10, max_batch_age_seconds=1)
@@ -212,7 +218,8 @@ async def test_an_op_reaching_an_idle_batcher_lands_at_its_age(client: Client, m
     assert git_remote.remote_ref("idle/lone") == git(git_remote.clone, "rev-parse", "idle/lone")
 
 
-async def test_manual_flush_by_signal_and_update(client: Client, make_worker, task_queue, git_remote):
+async def test_manual_flush_by_signal_and_update(client: Client, make_worker,
+                                                 task_queue, git_remote):
     gb = batcher(client, git_remote, task_queue, max_batch_size=10)
     async with make_worker():
         await gb.enqueue(commit_op(git_remote, "manual/a")[0])
@@ -249,13 +256,15 @@ BAD_OPS = [
     ({"op_type": "push", "branch": "bad..name"}, "'..'"),
     ({"op_type": "rebase", "branch": "x"}, "op_type 'rebase' is not one of"),
     ({"branch": "x"}, "missing field 'op_type'"),
-    ({"op_type": "commit", "branch": "ok", "message": "m", "worktree": "/tmp", "files": ["../etc/passwd"]}, "outside the repository"),
+    ({"op_type": "commit", "branch": "ok", "message": "m", "worktree": "/tmp",
+      "files": ["../etc/passwd"]}, "outside the repository"),
     ({"op_type": "push", "branch": "ok", "colour": "red"}, "unknown field(s) colour"),
     ("just a string", "must be a JSON object"),
 ]
 
 
-async def test_bad_ops_by_signal_are_rejected_and_valid_ops_land(client: Client, make_worker, task_queue, git_remote):
+async def test_bad_ops_by_signal_are_rejected_and_valid_ops_land(
+        client: Client, make_worker, task_queue, git_remote):
     gb = batcher(client, git_remote, task_queue, max_batch_size=10)
     async with make_worker():
         await gb.enqueue(commit_op(git_remote, "good/1")[0])
@@ -288,14 +297,16 @@ async def test_a_list_of_ops_in_one_signal_lands_and_a_bad_one_is_refused_alone(
         result = await gb.flush_now()
         status = await gb.status()
         save_history("git_batcher_enqueue_list", (await gb.handle.fetch_history()).to_json())
-    assert sorted(o.branch for o in result.outcomes) == ["many/0", "many/1", "many/2"]  # the repeat landed once
+    # the repeat landed once
+    assert sorted(o.branch for o in result.outcomes) == ["many/0", "many/1", "many/2"]
     assert all(o.status == "landed" for o in result.outcomes)
     reasons = [r.reason for r in status.rejected]
     assert len(reasons) == 3 and BAD_OPS[0][1] in reasons[0], reasons
     assert "holds 0" in reasons[1] and "holds 501" in reasons[2]
 
 
-async def test_bad_op_by_update_is_refused_with_its_reason(client: Client, make_worker, task_queue, git_remote):
+async def test_bad_op_by_update_is_refused_with_its_reason(client: Client, make_worker,
+                                                           task_queue, git_remote):
     gb = batcher(client, git_remote, task_queue)
     async with make_worker():
         for raw, reason in BAD_OPS:
@@ -306,15 +317,19 @@ async def test_bad_op_by_update_is_refused_with_its_reason(client: Client, make_
         history = await gb.handle.fetch_history()
     assert status.queue == [] and status.stats.total_ops == 0
     # Rejected in the validator: nothing about them entered history.
-    assert not any(e.HasField("workflow_execution_update_accepted_event_attributes") for e in history.events)
+    assert not any(e.HasField("workflow_execution_update_accepted_event_attributes")
+                   for e in history.events)
 
 
-async def test_op_failing_on_the_worker_fails_alone(client: Client, make_worker, task_queue, git_remote, tmp_path):
-    """Checks that need the filesystem (worktree of another repo, missing worktree) fail that op only."""
+async def test_op_failing_on_the_worker_fails_alone(client: Client, make_worker, task_queue,
+                                                    git_remote, tmp_path):
+    """Checks that need the filesystem (worktree of another repo,
+    missing worktree) fail that op only."""
     gb = batcher(client, git_remote, task_queue, max_batch_size=10)
     async with make_worker():
         await gb.enqueue(commit_op(git_remote, "fine/1")[0])
-        await gb.enqueue(GitOp(op_type="commit", branch="ghost", message="m", worktree=str(tmp_path / "nope")))
+        await gb.enqueue(
+            GitOp(op_type="commit", branch="ghost", message="m", worktree=str(tmp_path / "nope")))
         await gb.enqueue(GitOp(op_type="push", branch="never-created"))
         result = await gb.flush_now()
     by_branch = {o.branch: o for o in result.outcomes}
@@ -324,7 +339,8 @@ async def test_op_failing_on_the_worker_fails_alone(client: Client, make_worker,
     assert git_remote.pushes() == 1
 
 
-async def test_merge_conflict_fails_one_op_and_four_land(client: Client, make_worker, task_queue, git_remote):
+async def test_merge_conflict_fails_one_op_and_four_land(client: Client, make_worker,
+                                                         task_queue, git_remote):
     fx = git_remote
     for i in range(5):
         wt = fx.worktree(f"feature/{i}")
@@ -354,13 +370,16 @@ async def test_merge_conflict_fails_one_op_and_four_land(client: Client, make_wo
     assert fx.pushes() == 1
     remote_main = fx.remote_ref("main")
     for i in (0, 1, 2, 4):
-        git(fx.remote, "merge-base", "--is-ancestor", git(fx.clone, "rev-parse", f"feature/{i}"), remote_main)
+        git(fx.remote, "merge-base", "--is-ancestor",
+            git(fx.clone, "rev-parse", f"feature/{i}"), remote_main)
     assert git(fx.remote, "show", "main:shared.txt") == "line 1\nCHANGED ON MAIN\nline 3"
 
 
-async def test_update_hook_declines_one_ref_others_land(client: Client, make_worker, task_queue, git_remote):
+async def test_update_hook_declines_one_ref_others_land(client: Client, make_worker,
+                                                        task_queue, git_remote):
     fx = git_remote
-    fx.install_hook("update", 'case "$1" in refs/heads/blocked/*) echo "policy: no blocked/*" >&2; exit 1;; esac\nexit 0\n')
+    fx.install_hook("update", 'case "$1" in refs/heads/blocked/*) echo "policy: no blocked/*" >&2; '
+                              'exit 1;; esac\nexit 0\n')
     gb = batcher(client, fx, task_queue, max_batch_size=10)
     async with make_worker():
         for branch in ("open/1", "blocked/2", "open/3"):
@@ -376,7 +395,8 @@ async def test_update_hook_declines_one_ref_others_land(client: Client, make_wor
     assert status.stats.failed_ops == 1 and status.stats.landed_ops == 2
 
 
-async def test_atomic_batch_lands_all_or_nothing(client: Client, make_worker, task_queue, git_remote):
+async def test_atomic_batch_lands_all_or_nothing(client: Client, make_worker,
+                                                 task_queue, git_remote):
     fx = git_remote
     fx.install_hook("update", 'case "$1" in refs/heads/blocked/*) exit 1;; esac\nexit 0\n')
     gb = batcher(client, fx, task_queue, max_batch_size=10, atomic=True)
@@ -388,11 +408,14 @@ async def test_atomic_batch_lands_all_or_nothing(client: Client, make_worker, ta
     assert not fx.remote_ref("open/1")
 
 
-async def test_bad_repo_fails_batch_keeps_ops_and_retry_update(client: Client, make_worker, task_queue, git_remote, tmp_path):
-    """A clone path that is not a git repository: the batch fails with the reason, its ops are kept."""
+async def test_bad_repo_fails_batch_keeps_ops_and_retry_update(
+        client: Client, make_worker, task_queue, git_remote, tmp_path):
+    """A clone path that is not a git repository: the batch fails with the reason,
+    its ops are kept."""
     not_a_repo = tmp_path / "not-a-repo"
     not_a_repo.mkdir()
-    gb = GitBatcherClient(client, GitBatchConfig(repo=str(not_a_repo), max_batch_age_seconds=3600), task_queue)
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(not_a_repo), max_batch_age_seconds=3600),
+                          task_queue)
     async with make_worker():
         await gb.enqueue(GitOp(op_type="push", branch="main", id="p1"))
         result = await gb.flush_now()
@@ -412,7 +435,8 @@ async def test_bad_repo_fails_batch_keeps_ops_and_retry_update(client: Client, m
         assert "not a failed batch" in str(caught.value.cause)
 
 
-async def test_commit_ops_with_wrong_worktrees_fail_alone(client: Client, make_worker, task_queue, git_remote, tmp_path):
+async def test_commit_ops_with_wrong_worktrees_fail_alone(client: Client, make_worker, task_queue,
+                                                          git_remote, tmp_path):
     """A batch's commit ops are checked before the parallel commit: a missing path, a plain folder,
     a worktree on another branch and one of another clone each fail with why; the rest land."""
     fx = git_remote
@@ -427,9 +451,11 @@ async def test_commit_ops_with_wrong_worktrees_fail_alone(client: Client, make_w
     other.change(other_wt, "x.txt", "x\n")
     bad = [
         wrong_branch,
-        GitOp(op_type="commit", branch="good/0", worktree=str(tmp_path / "missing"), id="missing", message="m"),
+        GitOp(op_type="commit", branch="good/0", worktree=str(tmp_path / "missing"), id="missing",
+              message="m"),
         GitOp(op_type="commit", branch="good/1", worktree=str(plain), id="plain", message="m"),
-        GitOp(op_type="commit", branch="foreign/1", worktree=str(other_wt), id="foreign", message="m"),
+        GitOp(op_type="commit", branch="foreign/1", worktree=str(other_wt), id="foreign",
+              message="m"),
     ]
     gb = batcher(client, fx, task_queue, max_batch_size=10)
     async with make_worker():
@@ -448,7 +474,8 @@ async def test_commit_ops_with_wrong_worktrees_fail_alone(client: Client, make_w
     assert fx.pushes() == 1
 
 
-async def test_push_expecting_a_commit_fails_alone_when_the_branch_moved(client: Client, make_worker, task_queue, git_remote):
+async def test_push_expecting_a_commit_fails_alone_when_the_branch_moved(
+        client: Client, make_worker, task_queue, git_remote):
     """A push op whose branch is no longer at `expect_commit` fails (only that op), and
     a landed op's `branch_commit` is the remote ref's new value."""
     fx = git_remote
@@ -476,7 +503,8 @@ async def test_push_expecting_a_commit_fails_alone_when_the_branch_moved(client:
     assert not fx.remote_ref("moved")
 
 
-async def test_branch_commit_of_commit_push_and_merge_ops(client: Client, make_worker, task_queue, git_remote):
+async def test_branch_commit_of_commit_push_and_merge_ops(client: Client, make_worker,
+                                                          task_queue, git_remote):
     """C1 for each op type: commit and push report the ref the remote now holds; a merge reports
     the merged branch's tip, and the target's new value stays in `commit`."""
     fx = git_remote
@@ -498,7 +526,8 @@ async def test_branch_commit_of_commit_push_and_merge_ops(client: Client, make_w
 
 
 @pytest.mark.parametrize("bad", ["abc", "A" * 40, "g" * 40])
-async def test_expect_commit_must_be_forty_hex(client: Client, make_worker, task_queue, git_remote, bad):
+async def test_expect_commit_must_be_forty_hex(client: Client, make_worker, task_queue,
+                                               git_remote, bad):
     gb = batcher(client, git_remote, task_queue)
     async with make_worker():
         with pytest.raises(WorkflowUpdateFailedError) as caught:
@@ -506,13 +535,15 @@ async def test_expect_commit_must_be_forty_hex(client: Client, make_worker, task
     assert "expect_commit" in str(caught.value.cause)
 
 
-async def test_retry_of_a_batch_that_fails_again_reports_failed(client: Client, make_worker, task_queue, tmp_path):
+async def test_retry_of_a_batch_that_fails_again_reports_failed(
+        client: Client, make_worker, task_queue, tmp_path):
     """A batch cut by a size flush fails (nobody waits on it); `retry` then fails again and must say
     so, with the error, since a retry reported as done would hide ops that never landed. Failed
     batches count in `failed_ops`."""
     not_a_repo = tmp_path / "not-a-repo"
     not_a_repo.mkdir()
-    gb = GitBatcherClient(client, GitBatchConfig(repo=str(not_a_repo), max_batch_size=1, max_batch_age_seconds=3600), task_queue)
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(not_a_repo), max_batch_size=1,
+                                                 max_batch_age_seconds=3600), task_queue)
     async with make_worker():
         await gb.enqueue(GitOp(op_type="push", branch="main", id="p1"))
 
@@ -534,9 +565,11 @@ async def test_retry_of_a_batch_that_fails_again_reports_failed(client: Client, 
     assert status.stats.failed_ops == 2 and status.stats.landed_ops == 0
 
 
-async def test_held_ops_are_bounded_and_room_returns_after_landing(client: Client, make_worker, task_queue, git_remote):
+async def test_held_ops_are_bounded_and_room_returns_after_landing(
+        client: Client, make_worker, task_queue, git_remote):
     """Accepted ops are never dropped, so the batcher refuses new ones past its held-ops budget
-    (what it would carry through continue-as-new), with why; once batches land there is room again."""
+    (what it would carry through continue-as-new), with why;
+    once batches land there is room again."""
     fx = git_remote
     big = "m" * (60 * 1024)
     gb = batcher(client, fx, task_queue, max_batch_size=100)
@@ -544,12 +577,15 @@ async def test_held_ops_are_bounded_and_room_returns_after_landing(client: Clien
     async with make_worker(workflows=[LandedListener]):
         with pytest.raises(WorkflowUpdateFailedError) as caught:
             for i in range(20):
-                await gb.submit(GitOp(op_type="merge", branch="main", target=f"room/{i}", id=f"big-{i}", message=big))
+                await gb.submit(GitOp(op_type="merge", branch="main", target=f"room/{i}",
+                                      id=f"big-{i}", message=big))
                 accepted += 1
         assert "unfinished ops" in str(caught.value.cause) and "KiB" in str(caught.value.cause)
         assert 4 <= accepted < 20
-        listener = await client.start_workflow(LandedListener.run, id=f"listener-{task_queue}", task_queue=task_queue)
-        await gb.enqueue(GitOp(op_type="push", branch="main", id="refused-by-signal", message=big, reply_to=listener.id))
+        listener = await client.start_workflow(LandedListener.run, id=f"listener-{task_queue}",
+                                               task_queue=task_queue)
+        await gb.enqueue(GitOp(op_type="push", branch="main", id="refused-by-signal", message=big,
+                               reply_to=listener.id))
         status = await gb.status()
         assert len(status.queue) == accepted
         assert "unfinished ops" in status.rejected[-1].reason
@@ -564,7 +600,8 @@ async def test_held_ops_are_bounded_and_room_returns_after_landing(client: Clien
         assert outcome.op_id == "refused-by-signal" and outcome.status == "failed"
         assert "refused by the git batcher" in outcome.reason and "unfinished ops" in outcome.reason
         await gb.flush_now()
-        assert await gb.submit(GitOp(op_type="push", branch="main", id="after", message=big)) == "after"
+        assert await gb.submit(
+            GitOp(op_type="push", branch="main", id="after", message=big)) == "after"
 
 
 async def test_each_task_queue_has_its_own_batcher(client: Client, git_remote, settings, tmp_path):
@@ -579,7 +616,8 @@ async def test_each_task_queue_has_its_own_batcher(client: Client, git_remote, s
     queues = [f"c2-a-{tmp_path.name[-8:]}", f"c2-b-{tmp_path.name[-8:]}"]
     clients = [batcher(client, fx, q) for q in queues]
     assert clients[0].workflow_id != clients[1].workflow_id
-    assert git_batch_workflow_id(str(fx.clone)) == git_batch_workflow_id(str(fx.clone), "origin", "taskfleet")
+    assert git_batch_workflow_id(str(fx.clone)) == git_batch_workflow_id(
+        str(fx.clone), "origin", "taskfleet")
     assert clients[0].workflow_id.startswith("taskfleet-git-clone-origin-")
     workers = [Worker(client, task_queue=q, plugins=[TaskfleetPlugin(settings)]) for q in queues]
     async with workers[0], workers[1]:
@@ -590,6 +628,7 @@ async def test_each_task_queue_has_its_own_batcher(client: Client, git_remote, s
     for i, (result, history) in enumerate(zip(results, histories)):
         assert [o.status for o in result.outcomes] == ["landed"]
         assert fx.remote_ref(f"q{i}/work") == result.outcomes[0].branch_commit
-        scheduled = [e.activity_task_scheduled_event_attributes.task_queue.name for e in history.events
+        scheduled = [e.activity_task_scheduled_event_attributes.task_queue.name
+                     for e in history.events
                      if e.HasField("activity_task_scheduled_event_attributes")]
         assert scheduled == [queues[i]]

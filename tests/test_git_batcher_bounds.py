@@ -52,8 +52,9 @@ def test_validation_refuses_hostile_ops_with_a_short_reason(name: str):
 
 @pytest.mark.parametrize(
     "field,value",
-    [("id", "i" * 201), ("branch", "b" * 300), ("reply_to", "r" * 1001), ("worktree", "/" + "w" * 5000),
-     ("message", "m" * (65 * 1024)), ("expect_commit", "a" * 39), ("expect_commit", "A" * 40)],
+    [("id", "i" * 201), ("branch", "b" * 300), ("reply_to", "r" * 1001),
+     ("worktree", "/" + "w" * 5000), ("message", "m" * (65 * 1024)), ("expect_commit", "a" * 39),
+     ("expect_commit", "A" * 40)],
 )
 def test_long_or_malformed_fields_are_refused(field: str, value: str):
     op = {"op_type": "push", "branch": "ok", field: value}

@@ -19,7 +19,8 @@ from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import ROOT, GitRemoteFixture, eventually, git
 from tests.test_git_batcher_stream import make_branches
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=27)]  # a burst from five clients on a server of its own
+# a burst from five clients on a server of its own
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=27)]
 
 CLIENTS = 5
 OPS_PER_CLIENT = 300
@@ -48,8 +49,8 @@ async def test_a_burst_from_five_clients_keeps_every_run_within_twice_the_sugges
         async with Worker(env.client, task_queue="burst", plugins=[TaskfleetPlugin(settings)]):
             clients = [
                 await asyncio.create_subprocess_exec(
-                    sys.executable, str(ROOT / "tests" / "burst_client.py"), address, "burst", str(fx.clone),
-                    str(n * OPS_PER_CLIENT), str(OPS_PER_CLIENT))
+                    sys.executable, str(ROOT / "tests" / "burst_client.py"), address, "burst",
+                    str(fx.clone), str(n * OPS_PER_CLIENT), str(OPS_PER_CLIENT))
                 for n in range(CLIENTS)
             ]
             assert [await c.wait() for c in clients] == [0] * CLIENTS
@@ -62,19 +63,23 @@ async def test_a_burst_from_five_clients_keeps_every_run_within_twice_the_sugges
 
             status = await eventually(all_landed, timeout=170, interval=0.5)
             runs = [w async for w in env.client.list_workflows(f'WorkflowId = "{gb.workflow_id}"')]
-            lengths = [len((await env.client.get_workflow_handle(r.id, run_id=r.run_id).fetch_history()).events)
-                       for r in runs]
+            lengths = [len((await env.client.get_workflow_handle(r.id, run_id=r.run_id)
+                            .fetch_history()).events) for r in runs]
     finally:
         await env.shutdown()
 
-    assert status.stats.total_ops == total and status.stats.landed_ops == total and status.stats.failed_ops == 0
+    assert (status.stats.total_ops == total and status.stats.landed_ops == total
+            and status.stats.failed_ops == 0)
     assert status.stats.rejected_ops == 0
-    assert status.runs >= 2, f"only {status.runs} run(s): the burst did not push the batcher through continue-as-new"
-    assert all(r.status in (WorkflowExecutionStatus.CONTINUED_AS_NEW, WorkflowExecutionStatus.RUNNING) for r in runs)
+    assert status.runs >= 2, (f"only {status.runs} run(s): the burst did not push the batcher "
+                              "through continue-as-new")
+    assert all(r.status in (WorkflowExecutionStatus.CONTINUED_AS_NEW,
+                            WorkflowExecutionStatus.RUNNING) for r in runs)
     print(f"burst: {len(runs)} runs, peak history {max(lengths)} events (suggestion {SUGGEST_AT})")
     assert max(lengths) <= 2 * SUGGEST_AT, sorted(lengths)
-    remote = dict(line.split(" ") for line in git(
-        fx.remote, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/s/").splitlines())
+    remote = dict(line.split(" ") for line in git(fx.remote, "for-each-ref",
+                                                  "--format=%(refname:short) %(objectname)",
+                                                  "refs/heads/s/").splitlines())
     assert remote == branches
     updated = [line.split()[2] for line in updates.read_text().splitlines() if line.strip()]
     assert len(updated) == total and len(set(updated)) == total, "a ref was updated more than once"

@@ -1,4 +1,5 @@
-"""Nothing accepted is lost or landed twice: across a worker killed mid-push and across continue-as-new."""
+"""Nothing accepted is lost or landed twice: across a worker killed mid-push and across
+continue-as-new."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from tests.conftest import (
     save_history,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=40, waits=True)]  # kills workers of its own mid-push
+# kills workers of its own mid-push
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=40, waits=True)]
 
 
 def assert_each_landed_once(fx: GitRemoteFixture, ops: list[GitOp]) -> None:
@@ -37,7 +39,8 @@ def assert_each_landed_once(fx: GitRemoteFixture, ops: list[GitOp]) -> None:
 
 
 async def test_worker_killed_during_push_every_op_lands_once(
-    client: Client, server_address: str, task_queue: str, git_remote: GitRemoteFixture, tmp_path: Path
+    client: Client, server_address: str, task_queue: str, git_remote: GitRemoteFixture,
+    tmp_path: Path
 ):
     fx = git_remote
     started, release = tmp_path / "push-started", tmp_path / "push-release"
@@ -50,10 +53,12 @@ async def test_worker_killed_during_push_every_op_lands_once(
     ops = fx.commit_ops("crash", 6)
     gb = GitBatcherClient(
         client,
-        GitBatchConfig(repo=str(fx.clone), max_batch_size=6, max_batch_age_seconds=3600, heartbeat_timeout_seconds=2),
+        GitBatchConfig(repo=str(fx.clone), max_batch_size=6, max_batch_age_seconds=3600,
+                       heartbeat_timeout_seconds=2),
         task_queue,
     )
-    args = ("--address", server_address, "--task-queue", task_queue, "--state-dir", str(tmp_path / "state"))
+    args = ("--address", server_address, "--task-queue", task_queue, "--state-dir",
+            str(tmp_path / "state"))
     first = WorkerProcess(*args, log=tmp_path / "worker1.log")
     await first.wait_started()
     for op in ops:
@@ -94,7 +99,8 @@ async def test_ops_arriving_through_continue_as_new_land_once(
     ops = fx.commit_ops("can", 24)
     gb = GitBatcherClient(
         client,
-        GitBatchConfig(repo=str(fx.clone), max_batch_size=4, max_batch_age_seconds=3600, max_history_events=30),
+        GitBatchConfig(repo=str(fx.clone), max_batch_size=4, max_batch_age_seconds=3600,
+                       max_history_events=30),
         task_queue,
     )
     async with make_worker():
@@ -103,11 +109,13 @@ async def test_ops_arriving_through_continue_as_new_land_once(
             await gb.enqueue(op)  # repeats across the boundary are still ignored
         status = await landed_ops(gb, len(ops), timeout=60)
         description = await gb.handle.describe()
-        save_history("git_batcher_after_continue_as_new", (await gb.handle.fetch_history()).to_json())
+        save_history("git_batcher_after_continue_as_new",
+                     (await gb.handle.fetch_history()).to_json())
         first_run = client.get_workflow_handle(
             gb.workflow_id, run_id=description.raw_description.workflow_execution_info.first_run_id
         )
-        save_history("git_batcher_first_run_continued_as_new", (await first_run.fetch_history()).to_json())
+        save_history("git_batcher_first_run_continued_as_new",
+                     (await first_run.fetch_history()).to_json())
     assert status.runs > 1, "the workflow never continued as new"
     assert description.run_id != description.raw_description.workflow_execution_info.first_run_id
     assert status.stats.total_ops == len(ops)
@@ -124,7 +132,8 @@ async def test_huge_and_deep_rejections_never_reach_continue_as_new(
     ops = fx.commit_ops("after-junk", 4)
     gb = GitBatcherClient(
         client,
-        GitBatchConfig(repo=str(fx.clone), max_batch_size=2, max_batch_age_seconds=3600, max_history_events=20),
+        GitBatchConfig(repo=str(fx.clone), max_batch_size=2, max_batch_age_seconds=3600,
+                       max_history_events=20),
         task_queue,
     )
     deep: object = {"op_type": "push", "branch": "deep"}
@@ -132,7 +141,8 @@ async def test_huge_and_deep_rejections_never_reach_continue_as_new(
         deep = [deep]
     async with make_worker():
         for i in range(3):
-            await gb.enqueue({"op_type": "push", "branch": f"huge-{i}", "message": "x" * (1536 * 1024)})
+            await gb.enqueue(
+                {"op_type": "push", "branch": f"huge-{i}", "message": "x" * (1536 * 1024)})
         await gb.enqueue(deep)
         for op in ops:
             await gb.enqueue(op)
@@ -155,7 +165,8 @@ async def test_flush_now_callers_are_handed_over_across_continue_as_new(
 
     fx = git_remote
     ops = fx.commit_ops("handover", 18)
-    config = GitBatchConfig(repo=str(fx.clone), max_batch_size=3, max_batch_age_seconds=3600, max_history_events=25)
+    config = GitBatchConfig(repo=str(fx.clone), max_batch_size=3, max_batch_age_seconds=3600,
+                            max_history_events=25)
     gb = GitBatcherClient(client, config, task_queue)
     async with make_worker():
 
@@ -197,14 +208,16 @@ async def test_a_flush_sent_while_the_batchers_task_fails_waits_for_a_worker_tha
     once, with the op landed (a new id would find the batch already cut by the first send)."""
     fx = git_remote
     (op,) = fx.commit_ops("not-ready", 1)
-    gb = GitBatcherClient(client, GitBatchConfig(repo=str(fx.clone), max_batch_age_seconds=3600), task_queue)
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(fx.clone), max_batch_age_seconds=3600),
+                          task_queue)
     async with Worker(client, task_queue=task_queue, workflows=[FailingTaskBatcher],
                       workflow_runner=UnsandboxedWorkflowRunner()):
         await gb.enqueue(op)
 
         async def task_failed() -> None:
             events = [e async for e in gb.handle.fetch_history_events()]
-            assert any(e.HasField("workflow_task_failed_event_attributes") for e in events), "no failed task yet"
+            assert any(e.HasField("workflow_task_failed_event_attributes") for e in events), (
+                "no failed task yet")
 
         await eventually(task_failed)
         before = await failed_attempts(gb)

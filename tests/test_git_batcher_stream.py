@@ -23,7 +23,8 @@ from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import GitRemoteFixture, eventually, git
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=12)]  # streams ops through continue-as-new on a server of its own
+# streams ops through continue-as-new on a server of its own
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=12)]
 
 # 600 ops in batches of 10: about four runs of the batcher at this suggestion (the burst test sends
 # 1,500 from five processes).
@@ -45,12 +46,15 @@ def make_branches(fx: GitRemoteFixture, prefix: str, count: int) -> dict[str, st
             f"data {len(message)}\n{message}\nfrom {base}\n"
             f"M 644 inline {prefix}-{i}.txt\ndata {len(content)}\n{content}\n"
         )
-    subprocess.run(["git", "fast-import", "--quiet"], cwd=fx.clone, input="".join(chunks), text=True, check=True)
-    out = git(fx.clone, "for-each-ref", "--format=%(refname:short) %(objectname)", f"refs/heads/{prefix}/")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=fx.clone, input="".join(chunks),
+                   text=True, check=True)
+    out = git(fx.clone, "for-each-ref", "--format=%(refname:short) %(objectname)",
+              f"refs/heads/{prefix}/")
     return dict(line.split(" ") for line in out.splitlines())
 
 
-async def test_stream_through_continue_as_new_loses_nothing(git_remote: GitRemoteFixture, settings, tmp_path: Path):
+async def test_stream_through_continue_as_new_loses_nothing(git_remote: GitRemoteFixture, settings,
+                                                            tmp_path: Path):
     fx = git_remote
     updates = tmp_path / "ref-updates.log"
     # Every ref the remote accepts, one line per update: an op landed twice would show twice.
@@ -94,13 +98,16 @@ async def test_stream_through_continue_as_new_loses_nothing(git_remote: GitRemot
     assert status.stats.total_ops == total
     assert status.stats.failed_ops == 0 and status.stats.landed_ops == total
     assert status.queue == [] and status.pending_batches == [] and status.failed_batches == []
-    assert status.runs >= 3, f"only {status.runs} run(s): the test did not push the batcher through continue-as-new"
+    assert status.runs >= 3, (f"only {status.runs} run(s): the test did not push the batcher "
+                              "through continue-as-new")
     statuses = sorted(str(r.status) for r in runs)
-    assert all(r.status in (WorkflowExecutionStatus.CONTINUED_AS_NEW, WorkflowExecutionStatus.RUNNING) for r in runs), statuses
+    assert all(r.status in (WorkflowExecutionStatus.CONTINUED_AS_NEW,
+                            WorkflowExecutionStatus.RUNNING) for r in runs), statuses
     assert len(runs) == status.runs
-    remote = dict(
-        line.split(" ") for line in git(fx.remote, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/s/").splitlines()
-    )
-    assert remote == branches, f"{len(set(branches) - set(remote))} branch(es) missing on the remote"
+    remote = dict(line.split(" ") for line in git(fx.remote, "for-each-ref",
+                                                  "--format=%(refname:short) %(objectname)",
+                                                  "refs/heads/s/").splitlines())
+    assert remote == branches, (
+        f"{len(set(branches) - set(remote))} branch(es) missing on the remote")
     updated = [line.split()[2] for line in updates.read_text().splitlines() if line.strip()]
     assert len(updated) == total and len(set(updated)) == total, "a ref was updated more than once"

@@ -23,7 +23,8 @@ from tests.conftest import GitRemoteFixture, git
 
 
 def git_bytes(repo: Path, *args: str, data: bytes | None = None) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True, check=True).stdout.decode().strip()
+    return subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True,
+                          check=True).stdout.decode().strip()
 
 
 def test_objects_have_the_ids_git_gives_and_pass_fsck(tmp_path: Path):
@@ -35,12 +36,14 @@ def test_objects_have_the_ids_git_gives_and_pass_fsck(tmp_path: Path):
     sub = write_tree(repo, [("x.jsonl", other)])
     # Names that sort differently as files and as folders ("a-b" vs "a/"), as git's order requires.
     tree = write_tree(repo, [("a-b", blob), ("board.json", other)], [("a", sub), ("pages", sub)])
-    listing = f"100644 blob {blob}\ta-b\n100644 blob {other}\tboard.json\n040000 tree {sub}\ta\n040000 tree {sub}\tpages\n"
+    listing = (f"100644 blob {blob}\ta-b\n100644 blob {other}\tboard.json\n"
+               f"040000 tree {sub}\ta\n040000 tree {sub}\tpages\n")
     assert tree == git_bytes(repo, "mktree", data=listing.encode())
     first = write_commit(repo, tree, None, "taskfleet outcomes 1\n\n2 outcome(s)")
     second = write_commit(repo, tree, first, "taskfleet outcomes 2")
     assert git_bytes(repo, "log", "--format=%s|%an|%ae", second).splitlines() == [
-        "taskfleet outcomes 2|taskfleet|taskfleet@localhost", "taskfleet outcomes 1|taskfleet|taskfleet@localhost"]
+        "taskfleet outcomes 2|taskfleet|taskfleet@localhost",
+        "taskfleet outcomes 1|taskfleet|taskfleet@localhost"]
     assert compare_and_swap(repo, "refs/taskfleet/runs/x/1", second, None)
     assert git_bytes(repo, "fsck", "--strict", "--no-dangling") == ""
     assert git_bytes(repo, "cat-file", "-p", f"{second}:a/x.jsonl") == ""
@@ -83,7 +86,8 @@ def test_a_sha256_clone_is_refused_in_one_line(tmp_path: Path):
 
 
 def test_objects_and_refs_survive_fsck_after_many_writes_and_a_pack(git_remote: GitRemoteFixture):
-    """Interleaved writes of both stores' kinds, git's gc in between: still valid to fsck --strict."""
+    """Interleaved writes of both stores' kinds, git's gc in between:
+    still valid to fsck --strict."""
     repo = git_remote.clone
     tip = None
     for i in range(30):

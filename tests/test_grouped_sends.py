@@ -71,7 +71,8 @@ async def _one_in_flight_two_waiting(box: LandingOutbox, send: Sender) -> list[a
     await asyncio.wait_for(send.started.wait(), 5)
     second = asyncio.create_task(box.send("batcher-a", {"id": "t2"}, send))
     third = asyncio.create_task(box.send("batcher-a", {"id": "t3"}, send))
-    await asyncio.sleep(0)  # both reach the outbox (a task runs to its first wait when the loop turns)
+    # both reach the outbox (a task runs to its first wait when the loop turns)
+    await asyncio.sleep(0)
     return [first, second, third]
 
 
@@ -111,7 +112,8 @@ async def test_a_group_holds_at_most_max_items_and_about_max_bytes() -> None:
     sends = GroupedSends(send, max_items=2, max_bytes=30, size=lambda op: len(op["id"]))
     first = asyncio.create_task(sends.send({"id": "a"}))
     await _until(lambda: len(send.sent) == 1)
-    rest = [asyncio.create_task(sends.send({"id": name})) for name in ("b", "c", "d", "e" * 40, "f")]
+    rest = [asyncio.create_task(sends.send({"id": name}))
+            for name in ("b", "c", "d", "e" * 40, "f")]
     await asyncio.sleep(0)
     for _ in range(5):
         send.finish()
@@ -120,7 +122,7 @@ async def test_a_group_holds_at_most_max_items_and_about_max_bytes() -> None:
     assert send.sent == [["a"], ["b", "c"], ["d"], ["e" * 40], ["f"]]
 
 
-async def test_the_board_s_last_ops_ask_for_one_flush_per_group_and_their_tasks_do_not_wait_for_it() -> None:
+async def test_the_board_s_last_ops_ask_for_one_flush_per_group_and_their_tasks_do_not_wait_for_it() -> None:  # noqa: E501
     box, send, asked, release = LandingOutbox(), Sender(), [], asyncio.Event()
 
     def flush(key: str):
@@ -131,7 +133,8 @@ async def test_the_board_s_last_ops_ask_for_one_flush_per_group_and_their_tasks_
 
     first = asyncio.create_task(box.send("batcher-a", {"id": "t1"}, send, flush("run-1")))
     await asyncio.wait_for(send.started.wait(), 5)
-    later = [asyncio.create_task(box.send("batcher-a", {"id": f"t{i}"}, send, flush("run-1"))) for i in (2, 3)]
+    later = [asyncio.create_task(box.send("batcher-a", {"id": f"t{i}"}, send, flush("run-1")))
+             for i in (2, 3)]
     later.append(asyncio.create_task(box.send("batcher-a", {"id": "u1"}, send, flush("run-2"))))
     later.append(asyncio.create_task(box.send("batcher-a", {"id": "v1"}, send)))
     await asyncio.sleep(0)

@@ -1,5 +1,6 @@
 """The judge's board keys (parsed as named, defaults, refused with the key named), the check of a
-judge's answer against `submit_review`'s schema, and a judge command's verdict from its exit code."""
+judge's answer against `submit_review`'s schema, and a judge command's verdict
+from its exit code."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ judge = ""
 
 def test_defaults_when_unset() -> None:
     (t,) = parse_toml_board('[[tasks]]\nid = "A"\nrun = "true"\nverify = "true"\n').tasks
-    assert (t.judge, t.judge_model, t.judge_template, t.judge_max_tokens, t.judge_run) == ("", "", "judge.j2", 4096, "")
+    assert (t.judge, t.judge_model, t.judge_template, t.judge_max_tokens, t.judge_run) == (
+        "", "", "judge.j2", 4096, "")
 
 
 @pytest.mark.parametrize("row, words", [
@@ -60,12 +62,14 @@ def test_bad_judge_keys_are_refused_naming_the_key(row: str, words: str) -> None
 
 def test_a_bad_board_wide_judge_key_refuses_the_board() -> None:
     with pytest.raises(BoardError, match="judge_max_tokens"):
-        parse_toml_board('judge = "anthropic"\njudge_max_tokens = -1\n[[tasks]]\nid = "A"\nrun = "x"\nverify = "y"\n')
+        parse_toml_board('judge = "anthropic"\njudge_max_tokens = -1\n[[tasks]]\nid = "A"\n'
+                         'run = "x"\nverify = "y"\n')
 
 
 def test_a_good_review_is_read_and_bounded() -> None:
     review = parse_review({"verdict": "revise", "reasons": ["r" * 5000], "extra": 1,
-                           "comments": [{"path": "a.py", "line": 3, "text": "t"}, {"path": "b", "text": "u"}]})
+                           "comments": [{"path": "a.py", "line": 3, "text": "t"},
+                                        {"path": "b", "text": "u"}]})
     assert review.verdict == "revise" and len(review.reasons[0]) == 2000
     assert [(c.path, c.line) for c in review.comments] == [("a.py", 3), ("b", None)]
     assert parse_review({"verdict": "approve", "reasons": [], "comments": []}).verdict == "approve"
@@ -78,8 +82,10 @@ def test_a_good_review_is_read_and_bounded() -> None:
     ({"verdict": "approve", "reasons": [1]}, "reasons must be a list"),
     ({"verdict": "approve", "comments": {}}, "comments must be a list"),
     ({"verdict": "revise", "reasons": ["x"], "comments": [{"path": "a"}]}, "path and text"),
-    ({"verdict": "revise", "reasons": ["x"], "comments": [{"path": "a", "text": "t", "line": "3"}]}, "line must be"),
-    ({"verdict": "revise", "reasons": ["x"], "comments": [{"path": "a", "text": "t", "line": True}]}, "line must be"),
+    ({"verdict": "revise", "reasons": ["x"],
+      "comments": [{"path": "a", "text": "t", "line": "3"}]}, "line must be"),
+    ({"verdict": "revise", "reasons": ["x"],
+      "comments": [{"path": "a", "text": "t", "line": True}]}, "line must be"),
     ({"verdict": "reject", "reasons": [], "comments": []}, "needs its reasons"),
 ])
 def test_answers_off_the_schema_are_refused(answer: object, words: str) -> None:
@@ -87,8 +93,8 @@ def test_answers_off_the_schema_are_refused(answer: object, words: str) -> None:
         parse_review(answer)
 
 
-@pytest.mark.parametrize("code, verdict", [(0, "approve"), (2, "revise"), (1, "reject"), (127, "reject"),
-                                           (None, "reject")])
+@pytest.mark.parametrize("code, verdict", [(0, "approve"), (2, "revise"), (1, "reject"),
+                                           (127, "reject"), (None, "reject")])
 def test_a_judge_commands_exit_code_is_its_verdict(code: int | None, verdict: str) -> None:
     review = command_review(code, "looks off\nsrc/a.py:12: this line\n\n", "./judge", 30)
     assert review.verdict == verdict
@@ -97,12 +103,14 @@ def test_a_judge_commands_exit_code_is_its_verdict(code: int | None, verdict: st
 
 
 def test_a_silent_judge_command_still_gives_a_reason() -> None:
-    assert command_review(1, "", "./judge", 30).reasons == ["the judge command `./judge` exited with 1 and printed no reasons"]
+    assert command_review(1, "", "./judge", 30).reasons == [
+        "the judge command `./judge` exited with 1 and printed no reasons"]
     assert command_review(0, "", "./judge", 30).reasons == []
 
 
 def test_the_judge_sees_the_verify_commands_own_output() -> None:
-    tail = "[taskfleet] attempt 1: x\n$ (run) make\nbuilt\n$ (verify) make test\nRan 3 tests in 0.01s\nOK\n"
+    tail = ("[taskfleet] attempt 1: x\n$ (run) make\nbuilt\n$ (verify) make test\n"
+            "Ran 3 tests in 0.01s\nOK\n")
     assert verify_output(tail) == "Ran 3 tests in 0.01s\nOK"
 
 
@@ -112,7 +120,8 @@ def test_the_judge_sees_the_verify_commands_own_output() -> None:
 def test_bad_task_stage_signals_are_refused(args: tuple) -> None:
     with pytest.raises(InvalidStage):
         parse_task_stage(args)
-    assert parse_task_stage(({"task_id": "A", "stage": "judging", "verdict": "revise"},)).verdict == "revise"
+    assert parse_task_stage(
+        ({"task_id": "A", "stage": "judging", "verdict": "revise"},)).verdict == "revise"
 
 
 def test_a_markdown_board_takes_its_judge_from_run_flags(tmp_path) -> None:
@@ -126,8 +135,10 @@ def test_a_markdown_board_takes_its_judge_from_run_flags(tmp_path) -> None:
     path = tmp_path / "board.md"
     path.write_text("| ID | Scope | Status | Branch | Verification |\n|---|---|---|---|---|\n"
                     "| M1 | add it | [ ] | task/M1 | `make test` |\n")
-    args = parser.parse_args(["run", str(path), "--repo", ".", "--run", "make", "--judge-run", "./review.sh"])
+    args = parser.parse_args(
+        ["run", str(path), "--repo", ".", "--run", "make", "--judge-run", "./review.sh"])
     (t,) = load_board(path, **_board_overrides(args)).tasks
     assert (t.judge, t.judge_run) == ("", "./review.sh")
-    args = parser.parse_args(["run", str(path), "--repo", ".", "--run", "make", "--judge", "anthropic"])
+    args = parser.parse_args(
+        ["run", str(path), "--repo", ".", "--run", "make", "--judge", "anthropic"])
     assert load_board(path, **_board_overrides(args)).tasks[0].judge == "anthropic"

@@ -1,4 +1,5 @@
-"""Layers you can see: imports only point down (ground <- workflows/activities <- plugin, clients, CLI).
+"""Layers you can see: imports only point down (ground <- workflows/activities <- plugin, clients,
+CLI).
 
 Parsed with `ast` from the source tree, so a lazy import inside a function counts as much as one at
 the top of a module.
@@ -12,9 +13,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # Where each installed package lives in the checkout (pyproject's package-dir mapping).
-SOURCES = {"taskfleet.workflows": ROOT / "workflows", "taskfleet.activities": ROOT / "activities", "taskfleet": ROOT / "taskfleet"}
-TOP = ("taskfleet.clients", "taskfleet.cli", "taskfleet.plugin", "taskfleet.coordination", "taskfleet.worker",
-       "taskfleet.devserver")
+SOURCES = {"taskfleet.workflows": ROOT / "workflows", "taskfleet.activities": ROOT / "activities",
+           "taskfleet": ROOT / "taskfleet"}
+TOP = ("taskfleet.clients", "taskfleet.cli", "taskfleet.plugin", "taskfleet.coordination",
+       "taskfleet.worker", "taskfleet.devserver")
 
 
 def modules_under(package: str) -> dict[str, Path]:
@@ -69,7 +71,8 @@ def test_the_activity_groups_point_one_way():
         others = tuple(f"taskfleet.activities.{g}" for g in forbidden if g != group)
         assert offending(f"taskfleet.activities.{group}", others) == [], group
     # Worker memory is read by the groups, never the reverse.
-    assert offending("taskfleet.activities.services", tuple(f"taskfleet.activities.{g}" for g in groups)) == []
+    assert offending("taskfleet.activities.services",
+                     tuple(f"taskfleet.activities.{g}" for g in groups)) == []
 
 
 def test_no_bare_top_level_imports_of_our_folders():
@@ -83,7 +86,8 @@ def test_no_bare_top_level_imports_of_our_folders():
 def test_the_checker_sees_a_violation(tmp_path: Path):
     """The parser would catch a lazy import inside a function (so the tests above can fail)."""
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from taskfleet.cli.main import main\n    import taskfleet.plugin\n")
+    module.write_text(
+        "def f():\n    from taskfleet.cli.main import main\n    import taskfleet.plugin\n")
     assert {"taskfleet.cli.main", "taskfleet.plugin"} <= imports_of(module)
 
 
@@ -94,8 +98,10 @@ def test_no_worker_code_imports_the_testing_parts():
                "taskfleet.devserver")
     for package in runtime:
         assert offending(package, ("taskfleet.testing",)) == [], package
-    for module in ("plugin.py", "worker.py", "coordination.py", "versioning.py", "sample_remote.py"):
-        assert not any(n.startswith("taskfleet.testing") for n in imports_of(SOURCES["taskfleet"] / module)), module
+    for module in ("plugin.py", "worker.py", "coordination.py", "versioning.py",
+                   "sample_remote.py"):
+        assert not any(n.startswith("taskfleet.testing")
+                       for n in imports_of(SOURCES["taskfleet"] / module)), module
 
 
 def test_starting_a_worker_loads_nothing_of_the_testing_parts():

@@ -1,5 +1,5 @@
-"""The Temporal-native lease lock, on the real dev server: exclusion, FIFO, expiry, fencing, bad input,
-continue-as-new. Holders are asyncio tasks, and real processes where a holder must die."""
+"""The Temporal-native lease lock, on the real dev server: exclusion, FIFO, expiry, fencing, bad
+input, continue-as-new. Holders are asyncio tasks, and real processes where a holder must die."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ async def test_workflow_id_is_readable_and_one_per_resource():
 
 
 @pytest.mark.smoke
-async def test_mutual_exclusion_with_concurrent_holders(client: Client, task_queue: str, lock_worker):
+async def test_mutual_exclusion_with_concurrent_holders(
+        client: Client, task_queue: str, lock_worker):
     lock = make_lock(client, task_queue, resource(), lease_seconds=10)
     inside = 0
     most = 0
@@ -154,7 +155,8 @@ async def test_a_killed_holder_never_wedges_the_others(
             proc.wait()
 
 
-async def test_fencing_token_refuses_the_stale_holder(client: Client, task_queue: str, lock_worker, tmp_path: Path):
+async def test_fencing_token_refuses_the_stale_holder(client: Client, task_queue: str, lock_worker,
+                                                      tmp_path: Path):
     lock = make_lock(client, task_queue, resource(), lease_seconds=1)
     fence = Fence(tmp_path / "fence")
     # acquire() without hold(): nobody renews, as when a holder is paused or cut off
@@ -194,8 +196,10 @@ async def test_a_lock_whose_history_is_new_grants_above_what_its_fence_has_seen(
         with pytest.raises(StaleLease, match="token 5 is stale: token 6 has acted"):
             old.check()
     assert (await lock.holders()).next_token == 7
-    save_history("lease_lock_above_the_fence", (await client.get_workflow_handle(lock.workflow_id).fetch_history()).to_json())
-    assert sorted(p.name for p in (tmp_path / "fence").iterdir()) == [f"{6:020d}"]  # one marker, not one per token
+    save_history("lease_lock_above_the_fence",
+                 (await client.get_workflow_handle(lock.workflow_id).fetch_history()).to_json())
+    # one marker, not one per token
+    assert sorted(p.name for p in (tmp_path / "fence").iterdir()) == [f"{6:020d}"]
 
 
 def test_the_fence_keeps_one_marker_whatever_the_number_of_tokens(tmp_path: Path):
@@ -242,13 +246,13 @@ async def test_bad_input_from_the_temporal_cli_never_wedges_the_lock(
     ]
     for update in ("acquire", "renew", "release"):
         for args in bad_inputs:
-            code, out = await temporal_cli(
-                server_address, "workflow", "update", "execute", "--workflow-id", wf, "--name", update, *args
-            )
+            code, out = await temporal_cli(server_address, "workflow", "update", "execute",
+                                           "--workflow-id", wf, "--name", update, *args)
             assert code != 0, (update, args, out)
     for sig in ("renew_lease", "release_lease"):
         for args in bad_inputs:
-            code, out = await temporal_cli(server_address, "workflow", "signal", "--workflow-id", wf, "--name", sig, *args)
+            code, out = await temporal_cli(server_address, "workflow", "signal", "--workflow-id",
+                                           wf, "--name", sig, *args)
             assert code == 0, (sig, args, out)
 
     async def all_signals_seen() -> None:
@@ -261,10 +265,9 @@ async def test_bad_input_from_the_temporal_cli_never_wedges_the_lock(
     assert all(len(r.message) < 400 for r in status.rejected)
     # Nothing changed and the lock still works, from the CLI as from Python.
     assert status.holder.holder == "keeper" and status.holder.token == held.token
-    code, out = await temporal_cli(
-        server_address, "workflow", "update", "execute", "--workflow-id", wf, "--name", "release", "-o", "json",
-        "--input", json.dumps({"holder": "keeper", "token": held.token}),
-    )
+    code, out = await temporal_cli(server_address, "workflow", "update", "execute", "--workflow-id",
+                                   wf, "--name", "release", "-o", "json", "--input",
+                                   json.dumps({"holder": "keeper", "token": held.token}))
     assert code == 0 and '"released"' in out, out
     again = await lock.acquire("after")
     assert again.token == held.token + 1
@@ -281,7 +284,8 @@ async def test_a_refused_acquire_is_one_clear_error(client: Client, task_queue: 
         await lock.acquire("neg")
 
 
-async def test_continue_as_new_keeps_the_holder_and_the_waiters(client: Client, task_queue: str, lock_worker):
+async def test_continue_as_new_keeps_the_holder_and_the_waiters(
+        client: Client, task_queue: str, lock_worker):
     name = resource()
     lock = make_lock(
         client, task_queue, name, lease_seconds=30, wait_seconds=2,
@@ -315,12 +319,15 @@ async def test_continue_as_new_keeps_the_holder_and_the_waiters(client: Client, 
     assert w2.token == first.token + 2
     await lock.release(w2)
     # the last run: it started from carried state (holder, waiters, tokens)
-    save_history("lease_lock_after_continue_as_new", (await lock._handle().fetch_history()).to_json())
+    save_history("lease_lock_after_continue_as_new",
+                 (await lock._handle().fetch_history()).to_json())
 
 
-async def test_an_idle_lock_can_close_itself_and_starts_again_on_use(client: Client, task_queue: str, lock_worker):
+async def test_an_idle_lock_can_close_itself_and_starts_again_on_use(
+        client: Client, task_queue: str, lock_worker):
     name = resource()
-    lock = make_lock(client, task_queue, name, config=LeaseLockConfig(resource=name, close_after_idle_seconds=1))
+    lock = make_lock(client, task_queue, name,
+                     config=LeaseLockConfig(resource=name, close_after_idle_seconds=1))
     lease = await lock.acquire("once")
     await lock.release(lease)
 
@@ -334,7 +341,8 @@ async def test_an_idle_lock_can_close_itself_and_starts_again_on_use(client: Cli
     await lock.release(again)
 
 
-async def test_a_renewal_held_up_by_a_dead_lock_worker_still_counts(client: Client, task_queue: str):
+async def test_a_renewal_held_up_by_a_dead_lock_worker_still_counts(
+        client: Client, task_queue: str):
     """The lock's own worker dies while a lease is held: the lease's timer fires with nobody to run
     it. The holder's renewal, sent meanwhile, is handled first when a worker is back, so the lease
     is not lost to a delay on the lock's side."""

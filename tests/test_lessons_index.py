@@ -53,17 +53,20 @@ def test_keyed_finds_are_exact_limited_and_newest_first(index: LessonsIndex):
     assert len(index.find("task_type", "codemod", limit=100)) == 20
     assert index.find("failure_type", "no-such-type") == []
     by_pattern = index.find("pattern", "AssertionError in test_parser_1: expected 999 got 3")
-    assert by_pattern and all(x.pattern == "assertionerror in test_parser_1: expected <n> got <n>" for x in by_pattern)
+    assert by_pattern and all(x.pattern == "assertionerror in test_parser_1: expected <n> got <n>"
+                              for x in by_pattern)
 
 
 def test_and_query_matches_every_field(index: LessonsIndex):
-    matches = index.query(LessonQuery(task_type="feature", activity_type="verify", failure_type="timeout", limit=50))
+    matches = index.query(
+        LessonQuery(task_type="feature", activity_type="verify", failure_type="timeout", limit=50))
     expected = {f"L{i}" for i in range(60) if i % 3 == 1 and i % 2 == 1 and i % 4 == 1}
     assert {m.lesson.id for m in matches} == expected and expected
 
 
 def test_time_range_and_most_frequent(index: LessonsIndex):
-    ranged = index.query(LessonQuery(seen_after="2026-03-10T00:00:00+00:00", seen_before="2026-03-12T23:59:59+00:00", limit=100))
+    ranged = index.query(LessonQuery(seen_after="2026-03-10T00:00:00+00:00",
+                                     seen_before="2026-03-12T23:59:59+00:00", limit=100))
     assert {m.lesson.last_seen[:10] for m in ranged} == {"2026-03-10", "2026-03-11", "2026-03-12"}
     assert len(ranged) == sum(1 for i in range(60) if 10 <= (i % 28) + 1 <= 12)
     top = index.query(LessonQuery(most_frequent=True, limit=3))
@@ -95,7 +98,8 @@ def test_results_are_copies(index: LessonsIndex):
 
 def test_malformed_lines_are_skipped_counted_and_located(tmp_path: Path):
     path = tmp_path / "l.jsonl"
-    rows = [lesson(1), "{not json", lesson(2), json.dumps([1, 2]), lesson(3, times_seen="many"), "", lesson(4, id="")]
+    rows = [lesson(1), "{not json", lesson(2), json.dumps([1, 2]), lesson(3, times_seen="many"), "",
+            lesson(4, id="")]
     write_jsonl(path, rows)
     idx = LessonsIndex(path)
     stats = idx.load()
@@ -115,10 +119,13 @@ def test_same_failure_again_bumps_times_seen(tmp_path: Path):
     path = tmp_path / "l.jsonl"
     idx = LessonsIndex(path)
     idx.load()
-    first = idx.record(Lesson(task_type="codemod", activity_type="implement", failure_type="verify_failed",
-                              failure_msg="test_x failed at /tmp/abc123/work.py line 12, sha deadbeef1"))
-    second = idx.record(Lesson(task_type="codemod", activity_type="implement", failure_type="verify_failed",
-                               failure_msg="test_x failed at /tmp/zz9/work.py line 40, sha cafebabe2", resolution="pin x"))
+    first = idx.record(
+        Lesson(task_type="codemod", activity_type="implement", failure_type="verify_failed",
+               failure_msg="test_x failed at /tmp/abc123/work.py line 12, sha deadbeef1"))
+    second = idx.record(
+        Lesson(task_type="codemod", activity_type="implement", failure_type="verify_failed",
+               failure_msg="test_x failed at /tmp/zz9/work.py line 40, sha cafebabe2",
+               resolution="pin x"))
     assert second.id == first.id and second.times_seen == 2 and second.resolution == "pin x"
     assert len(idx) == 1
     assert normalize_pattern(first.failure_msg) == first.pattern
@@ -135,11 +142,13 @@ def test_two_processes_appending_one_file_both_see_all(tmp_path: Path):
         "from taskfleet.core.models.lessons import Lesson\n"
         "idx = LessonsIndex(sys.argv[2]); idx.load()\n"
         "for i in range(50):\n"
-        "    idx.record(Lesson(task_type=sys.argv[3], failure_type='exec_failed', failure_msg=f'{sys.argv[3]} boom {i} unique{i}x'))\n"
+        "    idx.record(Lesson(task_type=sys.argv[3], failure_type='exec_failed', "
+        "failure_msg=f'{sys.argv[3]} boom {i} unique{i}x'))\n"
         "print(len(idx))\n"
     )
     procs = [
-        subprocess.Popen(python_cmd("-c", script, str(ROOT), str(path), name), stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(python_cmd("-c", script, str(ROOT), str(path), name),
+                         stdout=subprocess.PIPE, text=True)
         for name in ("alpha", "beta")
     ]
     outputs = [p.communicate(timeout=120)[0].strip() for p in procs]
@@ -179,7 +188,8 @@ def test_concurrent_readers_during_writes(tmp_path: Path):
     for t in readers:
         t.start()
     for i in range(100):
-        idx.record(Lesson(task_type="w", failure_type="verify_failed", failure_msg=f"writer failure kind{i}"))
+        idx.record(Lesson(task_type="w", failure_type="verify_failed",
+                          failure_msg=f"writer failure kind{i}"))
     done.set()
     for t in readers:
         t.join(timeout=30)
@@ -195,7 +205,8 @@ def test_deeply_nested_lines_are_skipped_and_counted(tmp_path: Path, depth: int)
     whose metadata nests so deep that copying it for a query would fail."""
     path = tmp_path / "l.jsonl"
     deep_array = "[" * depth + "]" * depth
-    deep_metadata = json.dumps(lesson(3))[:-1] + ', "metadata": ' + '{"a": ' * depth + "1" + "}" * depth + "}"
+    deep_metadata = (json.dumps(lesson(3))[:-1] + ', "metadata": ' + '{"a": ' * depth + "1"
+                     + "}" * depth + "}")
     write_jsonl(path, [lesson(1), deep_array, deep_metadata, lesson(4)])
     idx = LessonsIndex(path)
     stats = idx.load()

@@ -15,8 +15,8 @@ from tests.conftest import ROOT, eventually
 
 
 def lesson(msg: str, task_type: str = "build") -> Lesson:
-    return Lesson(task_type=task_type, activity_type="run_task", failure_type="verify_failed", failure_msg=msg,
-                  resolution="pin the version")
+    return Lesson(task_type=task_type, activity_type="run_task", failure_type="verify_failed",
+                  failure_msg=msg, resolution="pin the version")
 
 
 def test_a_pod_writes_only_its_own_journal_and_reads_every_other(tmp_path: Path):
@@ -60,8 +60,9 @@ def test_half_written_and_broken_lines_of_another_pod(tmp_path: Path):
 def test_an_older_line_read_later_never_replaces_a_newer_one(tmp_path: Path):
     def write(pod: str, seen: str, times: int) -> None:
         with open(tmp_path / f"{pod}.jsonl", "a") as handle:
-            handle.write(json.dumps({"id": "same", "failure_type": "x", "failure_msg": "m", "times_seen": times,
-                                     "first_seen": "2026-01-01T00:00:00+00:00", "last_seen": seen}) + "\n")
+            handle.write(json.dumps(
+                {"id": "same", "failure_type": "x", "failure_msg": "m", "times_seen": times,
+                 "first_seen": "2026-01-01T00:00:00+00:00", "last_seen": seen}) + "\n")
 
     write("pod-z", "2026-01-03T00:00:00+00:00", 3)
     index = JournaledLessonsIndex(tmp_path, "me", refresh_interval=0)
@@ -79,17 +80,17 @@ from taskfleet.core.models.lessons import Lesson
 index = JournaledLessonsIndex(sys.argv[1], sys.argv[2])
 index.load()
 print(index.record(Lesson(task_type="deploy", failure_type="exec_failed", failure_msg=sys.argv[3])).id)
-"""
+"""  # noqa: E501 (a script's text)
 
 
-async def test_a_lesson_recorded_by_another_process_reaches_this_index_within_seconds(tmp_path: Path):
+async def test_a_lesson_recorded_by_another_process_reaches_this_index_within_seconds(
+        tmp_path: Path):
     shared = tmp_path / "lessons"
     here = JournaledLessonsIndex(shared, "pod-b")
     here.load()
-    out = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-c", RECORDER, str(shared), "pod-a", "permission denied on /srv/x"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    )
+    out = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", RECORDER, str(shared),
+                                                   "pod-a", "permission denied on /srv/x"],
+                                  cwd=ROOT, capture_output=True, text=True, check=True)
     lesson_id = out.stdout.strip()
 
     async def arrived() -> None:

@@ -21,7 +21,8 @@ from tests.conftest import WorkerProcess, eventually
 from tests.llm_support import FAST_POLLS, standin_env
 from tests.test_llm_tasks import assert_landed, llm_board
 
-pytestmark = pytest.mark.heavy(seconds=36, waits=True)  # one of the longest files: `make test` starts it early
+# one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=36, waits=True)
 
 @pytest.fixture
 def standin() -> Iterator[StandIn]:
@@ -29,26 +30,30 @@ def standin() -> Iterator[StandIn]:
         yield server
 
 
-PARAMS = {"model": "claude-test", "max_tokens": 64, "messages": [{"role": "user", "content": "Task id: X1\nhi"}]}
+PARAMS = {"model": "claude-test", "max_tokens": 64,
+          "messages": [{"role": "user", "content": "Task id: X1\nhi"}]}
 
 
 def request(custom_id: str, **extra: object) -> dict:
-    return {"custom_id": custom_id, "params": PARAMS, "reply_to": "nobody-listens", "max_batch_age_seconds": 3600,
-            **extra}
+    return {"custom_id": custom_id, "params": PARAMS, "reply_to": "nobody-listens",
+            "max_batch_age_seconds": 3600, **extra}
 
 
 async def status_of(handle) -> LLMBatchStatus:
     return await handle.query(QUERY_STATUS, result_type=LLMBatchStatus)
 
 
-async def test_submit_takes_anything_and_never_wedges(client: Client, make_worker, task_queue, standin):
+async def test_submit_takes_anything_and_never_wedges(client: Client, make_worker,
+                                                      task_queue, standin):
     handle = await client.start_workflow(LLM_BATCH_WORKFLOW, {"poll_initial_seconds": 0.1},
-                                         id=f"llm-batch-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+                                         id=f"llm-batch-{uuid.uuid4().hex[:8]}",
+                                         task_queue=task_queue)
     nested: object = "leaf"
     for _ in range(600):
         nested = [nested]
-    bad = [[], ["a", "b"], ["just a string"], ["x" * 1_500_000], [nested], [request("bad id with spaces")],
-           [request("ok-1", params={"model": "m"})], [{**request("ok-1"), "surprise": 1}], [request("ok-1", max_batch_size=0)]]
+    bad = [[], ["a", "b"], ["just a string"], ["x" * 1_500_000], [nested],
+           [request("bad id with spaces")], [request("ok-1", params={"model": "m"})],
+           [{**request("ok-1"), "surprise": 1}], [request("ok-1", max_batch_size=0)]]
     async with make_worker():
         for args in bad:
             await handle.signal(SIGNAL_SUBMIT, args=args)
@@ -73,8 +78,9 @@ async def test_submit_takes_anything_and_never_wedges(client: Client, make_worke
 
 
 async def test_continues_as_new_with_its_state(client: Client, make_worker, task_queue, standin):
-    handle = await client.start_workflow(LLM_BATCH_WORKFLOW, {"poll_initial_seconds": 0.1, "max_history_events": 30},
-                                         id=f"llm-batch-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+    handle = await client.start_workflow(
+        LLM_BATCH_WORKFLOW, {"poll_initial_seconds": 0.1, "max_history_events": 30},
+        id=f"llm-batch-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
     async with make_worker():
         for i in range(6):
             await handle.signal(SIGNAL_SUBMIT, request(f"r-{i}", max_batch_age_seconds=0))
@@ -97,12 +103,13 @@ async def _ran_twice(handle) -> LLMBatchStatus:
     return status
 
 
-async def test_worker_killed_after_the_batch_create_still_one_create(client: Client, server_address: str,
-                                                                      task_queue: str, git_remote, tmp_path: Path,
-                                                                      standin):
-    standin.create_delays = [120.0]  # the API records the batch but its answer never reaches worker 1
+async def test_worker_killed_after_the_batch_create_still_one_create(
+        client: Client, server_address: str, task_queue: str, git_remote, tmp_path: Path, standin):
+    # the API records the batch but its answer never reaches worker 1
+    standin.create_delays = [120.0]
     env = {**standin.env(), **FAST_POLLS, "TASKFLEET_LLM_API_TIMEOUT_SECONDS": "6"}
-    args = ("--address", server_address, "--task-queue", task_queue, "--state-dir", str(tmp_path / "state"))
+    args = ("--address", server_address, "--task-queue", task_queue, "--state-dir",
+            str(tmp_path / "state"))
     first = WorkerProcess(*args, log=tmp_path / "worker1.log", env=env)
     try:
         await first.wait_started()
@@ -127,14 +134,17 @@ async def test_worker_killed_after_the_batch_create_still_one_create(client: Cli
     assert_landed(result, git_remote)
     assert standin.calls["batches.create"] == 1 and standin.calls["batches.list"] >= 1
     assert status.stats.batches_created == 1 and status.stats.batches_recovered == 1
-    assert standin.env()["ANTHROPIC_API_KEY"] not in first.output() + second.output()  # never logged
+    # never logged
+    assert standin.env()["ANTHROPIC_API_KEY"] not in first.output() + second.output()
 
 
-async def test_an_idle_batcher_flushes_a_request_at_its_age(client: Client, make_worker, task_queue, standin):
+async def test_an_idle_batcher_flushes_a_request_at_its_age(client: Client, make_worker,
+                                                            task_queue, standin):
     """Idle, the batcher waits with no timer; a request must still go out at its age, with no other
     message to wake it."""
     handle = await client.start_workflow(LLM_BATCH_WORKFLOW, {"poll_initial_seconds": 0.1},
-                                         id=f"llm-batch-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+                                         id=f"llm-batch-{uuid.uuid4().hex[:8]}",
+                                         task_queue=task_queue)
     async with make_worker():
         await status_of(handle)  # running and idle
         await handle.signal(SIGNAL_SUBMIT, request("aged-1", max_batch_age_seconds=0.5))

@@ -39,7 +39,8 @@ def test_board_wide_defaults_and_per_task_keys() -> None:
 
 
 def test_defaults_when_unset() -> None:
-    (t,) = parse_toml_board('[[tasks]]\nid = "A"\nimplementer = "anthropic"\nverify = "true"\n').tasks
+    (t,) = parse_toml_board(
+        '[[tasks]]\nid = "A"\nimplementer = "anthropic"\nverify = "true"\n').tasks
     assert (t.model, t.max_tokens, t.context, t.max_attempts) == ("", 8192, [], 2)
     assert (t.llm_batch, t.llm_batch_max_size, t.llm_batch_max_age_seconds) == (True, 100_000, 10.0)
 
@@ -68,12 +69,13 @@ def test_bad_values_are_refused(row: str, words: str) -> None:
 
 def test_board_wide_run_and_implementer_together_are_refused() -> None:
     with pytest.raises(BoardError, match="both implementer"):
-        parse_toml_board('implementer = "anthropic"\nrun = "make"\nverify = "true"\n[[tasks]]\nid = "A"\n')
+        parse_toml_board(
+            'implementer = "anthropic"\nrun = "make"\nverify = "true"\n[[tasks]]\nid = "A"\n')
 
 
 def test_a_task_choosing_claude_drops_the_board_wide_run() -> None:
-    a, b = parse_toml_board('run = "make"\nverify = "true"\n[[tasks]]\nid = "A"\nimplementer = "anthropic"\n'
-                            '[[tasks]]\nid = "B"\n').tasks
+    a, b = parse_toml_board('run = "make"\nverify = "true"\n[[tasks]]\nid = "A"\n'
+                            'implementer = "anthropic"\n[[tasks]]\nid = "B"\n').tasks
     assert (a.implementer, a.run) == ("anthropic", "") and b.run == "make"
 
 
@@ -82,7 +84,8 @@ def test_markdown_board_takes_implementer_and_model_from_flags(tmp_path: Path) -
     path.write_text("| ID | Scope | Status | Branch | Verification |\n|---|---|---|---|---|\n"
                     "| M1 | add it | [ ] | task/M1 | `make test` |\n")
     (t,) = load_board(path, implementer="anthropic", model="claude-haiku-4-5").tasks
-    assert (t.implementer, t.model, t.run, t.verify) == ("anthropic", "claude-haiku-4-5", "", "make test")
+    assert (t.implementer, t.model, t.run, t.verify) == (
+        "anthropic", "claude-haiku-4-5", "", "make test")
 
 
 def test_workflow_input_is_checked_too() -> None:

@@ -21,7 +21,8 @@ from taskfleet.testing.standin import FAKE_API_KEY, StandIn
 from tests.conftest import GitRemoteFixture, git, save_history
 from tests.llm_support import payload_text, standin_env
 
-pytestmark = pytest.mark.heavy(seconds=35, waits=True)  # one of the longest files: `make test` starts it early
+# one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=35, waits=True)
 
 
 @pytest.fixture
@@ -31,16 +32,19 @@ def standin() -> Iterator[StandIn]:
 
 
 def llm_board(n: int, **settings: object) -> str:
-    lines = ['name = "llm"', 'implementer = "anthropic"', 'verify = "test -f llm/$TASKFLEET_TASK_ID.txt"',
-             'task_type = "llm-test"', "timeout_seconds = 60", "max_parallel = 8"]
-    lines += [f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v) if isinstance(v, str) else v}"
-              for k, v in settings.items()]
+    lines = ['name = "llm"', 'implementer = "anthropic"',
+             'verify = "test -f llm/$TASKFLEET_TASK_ID.txt"', 'task_type = "llm-test"',
+             "timeout_seconds = 60", "max_parallel = 8"]
+    lines += [
+        f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v) if isinstance(v, str) else v}"
+        for k, v in settings.items()]
     for i in range(1, n + 1):
         lines += ["", "[[tasks]]", f'id = "L{i}"', f'scope = "write llm/L{i}.txt"']
     return "\n".join(lines).replace("'", '"') + "\n"
 
 
-async def run(client: Client, task_queue: str, fx: GitRemoteFixture, text: str, **options) -> OrchestratorResult:
+async def run(client: Client, task_queue: str, fx: GitRemoteFixture, text: str,
+              **options) -> OrchestratorResult:
     board = parse_toml_board(text)
     options.setdefault("git_max_batch_age_seconds", 1)
     handle = await start_board(client, board, str(fx.clone), task_queue=task_queue, **options)
@@ -60,20 +64,25 @@ def assert_landed(result: OrchestratorResult, fx: GitRemoteFixture) -> None:
 
 
 @pytest.mark.smoke
-async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue, git_remote, standin):
+async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue,
+                                                 git_remote, standin):
     async with make_worker():
         board = parse_toml_board(llm_board(3, llm_batch_max_size=3))
         # The replay test names a history's workflow by its file name, and the children's ids derive
         # from it: this run uses that name as its id (one per test session's fresh server).
         handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue,
-                                   git_max_batch_age_seconds=1, workflow_id="orchestrator_llm_three")
+                                   git_max_batch_age_seconds=1,
+                                   workflow_id="orchestrator_llm_three")
         result = await handle.result()
         status = await batcher_status(client, task_queue)
-        histories = [await handle.fetch_history(),
-                     await client.get_workflow_handle(llm_batch_workflow_id(task_queue)).fetch_history(),
-                     await client.get_workflow_handle(llm_task_workflow_id(handle.id, "L1")).fetch_history()]
+        histories = [
+            await handle.fetch_history(),
+            await client.get_workflow_handle(llm_batch_workflow_id(task_queue)).fetch_history(),
+            await client.get_workflow_handle(llm_task_workflow_id(handle.id, "L1")).fetch_history(),
+        ]
     assert_landed(result, git_remote)
-    for name, history in zip(("orchestrator_llm_three", "llm_batcher_three", "llm_task_batched"), histories):
+    for name, history in zip(("orchestrator_llm_three", "llm_batcher_three", "llm_task_batched"),
+                             histories):
         save_history(name, history.to_json())
     texts = [payload_text(h) for h in histories]
     # The child holds the reply's key and the tool it called; the prompt stays in the payload store.
@@ -90,8 +99,8 @@ async def test_three_tasks_make_one_batch_create(client, make_worker, task_queue
     assert all(t.llm_requests == 1 for t in result.tasks)
 
 
-async def test_results_out_of_order_and_an_unknown_custom_id_is_dropped(client, make_worker, task_queue, git_remote,
-                                                                         standin):
+async def test_results_out_of_order_and_an_unknown_custom_id_is_dropped(
+        client, make_worker, task_queue, git_remote, standin):
     standin.out_of_order = True
     standin.extra_result_ids = ["stranger-never-submitted"]
     async with make_worker():
@@ -99,25 +108,31 @@ async def test_results_out_of_order_and_an_unknown_custom_id_is_dropped(client, 
         status = await batcher_status(client, task_queue)
     order = [r["custom_id"] for r in standin.requests]
     assert_landed(result, git_remote)  # each task got its own edits although results came reversed
-    assert len(order) == 3 and status.stats.unknown_results == 1 and status.stats.results_delivered == 3
+    assert (len(order) == 3 and status.stats.unknown_results == 1
+            and status.stats.results_delivered == 3)
 
 
 async def test_one_errored_and_one_expired(client, make_worker, task_queue, git_remote, standin):
-    standin.script = {"L1": [{"result": "errored", "error": "prompt is too long: 250000 tokens > 200000"}],
-                      "L2": [{"result": "expired"}]}
+    standin.script = {
+        "L1": [{"result": "errored", "error": "prompt is too long: 250000 tokens > 200000"}],
+        "L2": [{"result": "expired"}]}
     async with make_worker():
-        result = await run(client, task_queue, git_remote, llm_board(3, llm_batch_max_size=3, max_attempts=1))
+        result = await run(client, task_queue, git_remote,
+                           llm_board(3, llm_batch_max_size=3, max_attempts=1))
         status = await batcher_status(client, task_queue)
     by_id = {t.id: t for t in result.tasks}
-    assert by_id["L1"].status == "failed" and "prompt is too long" in by_id["L1"].reason, by_id["L1"]
-    assert by_id["L2"].status == "succeeded" and by_id["L2"].landed  # resubmitted once, then answered
+    assert (by_id["L1"].status == "failed"
+            and "prompt is too long" in by_id["L1"].reason), by_id["L1"]
+    # resubmitted once, then answered
+    assert by_id["L2"].status == "succeeded" and by_id["L2"].landed
     assert by_id["L3"].status == "succeeded" and by_id["L3"].landed
     assert standin.batch_sizes() == [3, 1]  # the first flush, then the expired request alone
     assert [r["task"] for r in standin.requests].count("L2") == 2
     assert result.stats.llm_api_calls == 2 and status.stats.batches_created == 2
 
 
-async def test_a_slow_batch_is_polled_until_it_ends(client, make_worker, task_queue, git_remote, standin):
+async def test_a_slow_batch_is_polled_until_it_ends(client, make_worker, task_queue,
+                                                    git_remote, standin):
     standin.batch_polls = 4
     async with make_worker():
         result = await run(client, task_queue, git_remote, llm_board(2, llm_batch_max_size=2))
@@ -128,7 +143,8 @@ async def test_a_slow_batch_is_polled_until_it_ends(client, make_worker, task_qu
     assert status.recent_batches[-1].next_poll_seconds > 0.2  # the interval grew
 
 
-async def test_direct_mode_makes_one_call_per_request(client, make_worker, task_queue, git_remote, standin):
+async def test_direct_mode_makes_one_call_per_request(client, make_worker, task_queue,
+                                                      git_remote, standin):
     async with make_worker():
         result = await run(client, task_queue, git_remote, llm_board(3, llm_batch=False))
     assert_landed(result, git_remote)
@@ -136,21 +152,25 @@ async def test_direct_mode_makes_one_call_per_request(client, make_worker, task_
     assert result.stats.llm_api_calls == 3 and result.stats.llm_requests == 3
 
 
-async def test_state_dir_inside_the_clone_is_refused_naming_both(client, make_worker, task_queue, git_remote, standin):
+async def test_state_dir_inside_the_clone_is_refused_naming_both(
+        client, make_worker, task_queue, git_remote, standin):
     inside = TaskfleetSettings(state_dir=git_remote.clone / "state")
     async with make_worker(settings=inside):
         result = await run(client, task_queue, git_remote, llm_board(1, llm_batch=False))
     task = result.tasks[0]
     assert task.status == "failed" and not task.landed
-    assert str(git_remote.clone / "state") in task.reason and f"clone {git_remote.clone}" in task.reason, task.reason
+    assert (str(git_remote.clone / "state") in task.reason
+            and f"clone {git_remote.clone}" in task.reason), task.reason
 
 
-async def test_a_fix_round_succeeds_and_the_failure_becomes_a_lesson(client, make_worker, task_queue, git_remote,
-                                                                      standin, settings):
+async def test_a_fix_round_succeeds_and_the_failure_becomes_a_lesson(
+        client, make_worker, task_queue, git_remote, standin, settings):
     wrong = [{"path": "llm/L1.txt", "old_text": "", "new_text": "not the id\n"}]
     standin.script = {"L1": [{"edits": wrong, "summary": "first try"}]}
-    verify = 'grep -qx "$TASKFLEET_TASK_ID" llm/$TASKFLEET_TASK_ID.txt || { echo "llm/$TASKFLEET_TASK_ID.txt is wrong" >&2; exit 3; }'
-    text = llm_board(1, llm_batch=False).replace('verify = "test -f llm/$TASKFLEET_TASK_ID.txt"', f"verify = '{verify}'")
+    verify = ('grep -qx "$TASKFLEET_TASK_ID" llm/$TASKFLEET_TASK_ID.txt'
+              ' || { echo "llm/$TASKFLEET_TASK_ID.txt is wrong" >&2; exit 3; }')
+    text = llm_board(1, llm_batch=False).replace('verify = "test -f llm/$TASKFLEET_TASK_ID.txt"',
+                                                 f"verify = '{verify}'")
     async with make_worker():
         board = parse_toml_board(text)
         handle = await start_board(client, board, str(git_remote.clone), task_queue=task_queue,
@@ -170,8 +190,10 @@ async def test_a_fix_round_succeeds_and_the_failure_becomes_a_lesson(client, mak
     assert "verify_failed" in lessons and "L1" in lessons
 
 
-async def test_a_refused_edit_fails_the_attempt_with_its_reason(client, make_worker, task_queue, git_remote, standin):
-    standin.script = {"L1": [{"edits": [{"path": ".git/config", "old_text": "", "new_text": "x"}]}] * 2}
+async def test_a_refused_edit_fails_the_attempt_with_its_reason(
+        client, make_worker, task_queue, git_remote, standin):
+    standin.script = {
+        "L1": [{"edits": [{"path": ".git/config", "old_text": "", "new_text": "x"}]}] * 2}
     async with make_worker():
         result = await run(client, task_queue, git_remote, llm_board(1, llm_batch=False))
     t = result.tasks[0]
@@ -179,7 +201,8 @@ async def test_a_refused_edit_fails_the_attempt_with_its_reason(client, make_wor
     assert not t.landed and git_remote.remote_ref("task/L1") is None
 
 
-async def test_second_run_of_the_same_board_hits_the_cache(client, make_worker, task_queue, git_remote, standin):
+async def test_second_run_of_the_same_board_hits_the_cache(client, make_worker, task_queue,
+                                                           git_remote, standin):
     text = llm_board(3, llm_batch_max_size=3)
     async with make_worker():
         first = await run(client, task_queue, git_remote, text)
@@ -198,27 +221,31 @@ def with_context(text: str, globs: str) -> str:
     return text.replace("[[tasks]]", f"[[tasks]]\ncontext = {globs}", 1)
 
 
-async def test_context_files_from_the_base_commit_go_into_the_request(client, make_worker, task_queue, git_remote,
-                                                                       standin):
+async def test_context_files_from_the_base_commit_go_into_the_request(
+        client, make_worker, task_queue, git_remote, standin):
     git_remote.change(git_remote.clone, "notes.txt", "context line one\n")
     git(git_remote.clone, "add", "notes.txt")
     git(git_remote.clone, "commit", "-qm", "notes")
     async with make_worker():
-        result = await run(client, task_queue, git_remote, with_context(llm_board(1, llm_batch=False), '["*.txt"]'))
+        result = await run(client, task_queue, git_remote,
+                           with_context(llm_board(1, llm_batch=False), '["*.txt"]'))
     assert_landed(result, git_remote)
     user = standin.requests[0]["params"]["messages"][0]["content"][0]["text"]
     assert '<file path="notes.txt">\ncontext line one\n' in user
 
 
-async def test_context_over_the_size_cap_is_refused_naming_the_largest(client, make_worker, task_queue, git_remote,
-                                                                        standin):
+async def test_context_over_the_size_cap_is_refused_naming_the_largest(
+        client, make_worker, task_queue, git_remote, standin):
     os.environ["TASKFLEET_LLM_CONTEXT_MAX_BYTES"] = "10"
     try:
         async with make_worker():  # the worker reads its settings when it is built
-            result = await run(client, task_queue, git_remote, with_context(llm_board(2, llm_batch=False), '["*"]'))
+            result = await run(client, task_queue, git_remote,
+                               with_context(llm_board(2, llm_batch=False), '["*"]'))
     finally:
         del os.environ["TASKFLEET_LLM_CONTEXT_MAX_BYTES"]
     by_id = {t.id: t for t in result.tasks}
-    assert by_id["L1"].status == "failed" and "over the cap of 10" in by_id["L1"].reason, by_id["L1"]
+    assert (by_id["L1"].status == "failed"
+            and "over the cap of 10" in by_id["L1"].reason), by_id["L1"]
     assert "largest:" in by_id["L1"].reason and "bytes)" in by_id["L1"].reason
-    assert by_id["L2"].landed and [r["task"] for r in standin.requests] == ["L2"]  # L1 never reached the API
+    # L1 never reached the API
+    assert by_id["L2"].landed and [r["task"] for r in standin.requests] == ["L2"]

@@ -22,7 +22,8 @@ from tests.conftest import (
     save_history,
 )
 
-pytestmark = pytest.mark.heavy(seconds=30, waits=True)  # one of the longest files: `make test` starts it early
+# one of the longest files: `make test` starts it early
+pytestmark = pytest.mark.heavy(seconds=30, waits=True)
 
 # A real change made by a real command, checked by a real test command.
 WRITE = 'mkdir -p out && printf "%s\\n" "$TASKFLEET_TASK_ID" > "out/$TASKFLEET_TASK_ID.txt"'
@@ -30,12 +31,13 @@ CHECK = 'grep -qx "$TASKFLEET_TASK_ID" "out/$TASKFLEET_TASK_ID.txt"'
 
 
 def board(n: int, run: str = WRITE, verify: str = CHECK, **kw) -> Board:
-    tasks = [TaskSpec(id=f"T{i}", scope=f"Task {i}: write a file", branch=f"task/T{i}", run=run, verify=verify,
-                      task_type="demo", timeout_seconds=60) for i in range(1, n + 1)]
+    tasks = [TaskSpec(id=f"T{i}", scope=f"Task {i}: write a file", branch=f"task/T{i}", run=run,
+                      verify=verify, task_type="demo", timeout_seconds=60) for i in range(1, n + 1)]
     return Board(tasks=tasks, name="test", **kw)
 
 
-async def run_board(client: Client, task_queue: str, fx: GitRemoteFixture, b: Board, **options) -> OrchestratorResult:
+async def run_board(client: Client, task_queue: str, fx: GitRemoteFixture, b: Board,
+                    **options) -> OrchestratorResult:
     options.setdefault("git_max_batch_age_seconds", 60)
     handle = await start_board(client, b, str(fx.clone), task_queue=task_queue, **options)
     return await handle.result()
@@ -43,13 +45,16 @@ async def run_board(client: Client, task_queue: str, fx: GitRemoteFixture, b: Bo
 
 def leftover_worktrees(settings) -> list[Path]:
     root = settings.worktrees_dir
-    return [p for p in root.rglob("*") if p.is_dir() and p.parent.parent == root] if root.exists() else []
+    return ([p for p in root.rglob("*") if p.is_dir() and p.parent.parent == root] if root.exists()
+            else [])
 
 
-async def test_nine_tasks_run_in_parallel_and_land_in_one_push(client, make_worker, task_queue, git_remote, settings):
+async def test_nine_tasks_run_in_parallel_and_land_in_one_push(
+        client, make_worker, task_queue, git_remote, settings):
     b = board(9, run=WRITE + " && sleep 0.5", max_parallel=9)
     async with make_worker():
-        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue, git_max_batch_age_seconds=60)
+        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=60)
         result = await handle.result()
         save_history("orchestrator_nine_tasks", (await handle.fetch_history()).to_json())
     assert [t.status for t in result.tasks] == ["succeeded"] * 9
@@ -64,18 +69,21 @@ async def test_nine_tasks_run_in_parallel_and_land_in_one_push(client, make_work
     for t in result.tasks:
         assert git_remote.remote_ref(f"task/{t.id}") == t.commit
         assert git(git_remote.remote, "show", f"{t.commit}:out/{t.id}.txt") == t.id
-        assert f"Taskfleet-Task: {t.id}" in git(git_remote.remote, "log", "-1", "--format=%B", t.commit)
+        assert f"Taskfleet-Task: {t.id}" in git(git_remote.remote, "log", "-1",
+                                                "--format=%B", t.commit)
     assert leftover_worktrees(settings) == []
     assert git(git_remote.clone, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
-async def test_the_board_s_last_tasks_ask_to_land_together(client, make_worker, task_queue, git_remote):
+async def test_the_board_s_last_tasks_ask_to_land_together(client, make_worker,
+                                                           task_queue, git_remote):
     """Tasks started once none was left to start name the landing ops of all tasks then running
     (theirs included): the batcher flushes when those are all queued, without waiting for the run
     to finish. Earlier tasks name none; the board still lands in one push per batch."""
     b = board(4, max_parallel=2)
     async with make_worker():
-        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue, git_max_batch_age_seconds=60)
+        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=60)
         result = await handle.result()
         together: dict[str, list[str]] = {}
         async for event in handle.fetch_history_events():
@@ -84,16 +92,19 @@ async def test_the_board_s_last_tasks_ask_to_land_together(client, make_worker, 
                 if scheduled.activity_type.name.endswith("run_task"):
                     task_input = json.loads(scheduled.input.payloads[0].data)
                     together[task_input["task"]["id"]] = task_input.get("land_together", [])
-        save_history("orchestrator_last_tasks_land_together", (await handle.fetch_history()).to_json())
+        save_history("orchestrator_last_tasks_land_together",
+                     (await handle.fetch_history()).to_json())
     assert all(t.landed for t in result.tasks) and result.stats.pushes == 1
     assert together["T1"] == together["T2"] == together["T3"] == []
     # T4 and the one task still running when it started (at most max_parallel), as landing op ids
     run_key = [op_id for op_id in together["T4"] if op_id.endswith("/T4")][0].removesuffix("/T4")
     assert 1 <= len(together["T4"]) <= 2 and together["T4"] == sorted(together["T4"]), together
-    assert {op_id.removeprefix(run_key + "/") for op_id in together["T4"]} <= {"T1", "T2", "T3", "T4"}
+    assert {op_id.removeprefix(run_key + "/") for op_id in together["T4"]} <= {
+        "T1", "T2", "T3", "T4"}
 
 
-async def test_max_parallel_two_is_never_exceeded(client, make_worker, task_queue, git_remote, tmp_path):
+async def test_max_parallel_two_is_never_exceeded(client, make_worker, task_queue,
+                                                  git_remote, tmp_path):
     running = tmp_path / "running"
     running.mkdir()
     seen = tmp_path / "seen"
@@ -102,27 +113,32 @@ async def test_max_parallel_two_is_never_exceeded(client, make_worker, task_queu
         f'ls "{running}" | wc -l >> "{seen}"; rm "{running}/$TASKFLEET_TASK_ID"; ' + WRITE
     )
     async with make_worker():
-        result = await run_board(client, task_queue, git_remote, board(6, run=watch, max_parallel=2))
+        result = await run_board(client, task_queue, git_remote,
+                                 board(6, run=watch, max_parallel=2))
     counts = [int(x) for x in seen.read_text().split()]
     assert max(counts) == 2, counts
     assert result.stats.max_running == 2
     assert all(t.status == "succeeded" for t in result.tasks)
 
 
-async def test_failed_verification_fails_one_task_and_records_a_lesson(client, make_worker, task_queue, git_remote, settings):
+async def test_failed_verification_fails_one_task_and_records_a_lesson(
+        client, make_worker, task_queue, git_remote, settings):
     b = board(3)
     b.tasks[1].verify = "echo 'expected 42 got 41' >&2; exit 1"
     async with make_worker(settings=settings):
         result = await run_board(client, task_queue, git_remote, b)
     by_id = {t.id: t for t in result.tasks}
-    assert by_id["T2"].status == "failed" and "exited with 1" in by_id["T2"].reason and not by_id["T2"].landed
+    assert (by_id["T2"].status == "failed" and "exited with 1" in by_id["T2"].reason
+            and not by_id["T2"].landed)
     assert by_id["T1"].landed and by_id["T3"].landed
     assert not git_remote.remote_ref("task/T2")
     lines = settings.lessons_path.read_text().splitlines()
-    assert len(lines) == 1 and '"failure_type":"verify_failed"' in lines[0] and "expected 42 got 41" in lines[0]
+    assert (len(lines) == 1 and '"failure_type":"verify_failed"' in lines[0]
+            and "expected 42 got 41" in lines[0])
 
 
-async def test_timeout_and_crash_fail_with_reasons_and_leave_no_worktree(client, make_worker, task_queue, git_remote, settings):
+async def test_timeout_and_crash_fail_with_reasons_and_leave_no_worktree(
+        client, make_worker, task_queue, git_remote, settings):
     b = board(3)
     b.tasks[0].run, b.tasks[0].timeout_seconds = "sleep 30", 1
     b.tasks[1].run = "echo dying >&2; kill -9 $$"
@@ -136,15 +152,18 @@ async def test_timeout_and_crash_fail_with_reasons_and_leave_no_worktree(client,
     assert '"failure_type":"timeout"' in settings.lessons_path.read_text()
 
 
-async def test_cancel_kills_processes_removes_worktrees_keeps_landed(client, make_worker, task_queue, git_remote, settings, tmp_path):
+async def test_cancel_kills_processes_removes_worktrees_keeps_landed(
+        client, make_worker, task_queue, git_remote, settings, tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
     marker = uuid.uuid4().hex  # finds the tasks' processes in /proc (`$$` is namespace-local)
     b = board(4, max_parallel=4)
     for t in b.tasks[2:]:
-        t.run = f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; export CANCEL_TEST={marker}; sleep 60; ' + WRITE
+        t.run = (f'echo $$ > "{pids}/$TASKFLEET_TASK_ID"; export CANCEL_TEST={marker}; sleep 60; '
+                 + WRITE)
     async with make_worker():
-        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue, git_max_batch_age_seconds=0.5)
+        handle = await start_board(client, b, str(git_remote.clone), task_queue=task_queue,
+                                   git_max_batch_age_seconds=0.5)
 
         async def two_landed_two_running():
             p = await progress(handle)
@@ -163,12 +182,16 @@ async def test_cancel_kills_processes_removes_worktrees_keeps_landed(client, mak
 
 def test_malformed_boards_are_refused_with_the_key_or_line():
     cases = {
-        'run = "x"\nverify = "y"\ncolour = "red"\n[[tasks]]\nid = "A"\n': "unknown board key(s) colour",
-        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n': "duplicate task id A",
+        'run = "x"\nverify = "y"\ncolour = "red"\n[[tasks]]\nid = "A"\n':
+            "unknown board key(s) colour",
+        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\n[[tasks]]\nid = "A"\n':
+            "duplicate task id A",
         'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nbranch = "-evil"\n': "starts with '-'",
-        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nsize = 3\n': "board.toml:3: unknown key(s) size",
+        'run = "x"\nverify = "y"\n[[tasks]]\nid = "A"\nsize = 3\n':
+            "board.toml:3: unknown key(s) size",
         '[[tasks]]\nid = "A"\n': "task A has no run command",
-        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n': "land must be 'push', 'merge' or 'queue'",
+        'run = "x"\nverify = "y"\nland = "teleport"\n[[tasks]]\nid = "A"\n':
+            "land must be 'push', 'merge' or 'queue'",
     }
     for text, message in cases.items():
         with pytest.raises(BoardError) as caught:
@@ -210,13 +233,15 @@ async def test_worker_killed_mid_board_completes_and_no_landed_task_runs_twice(
         assert git(git_remote.remote, "rev-list", "--count", f"main..task/{t.id}") == "1"
 
 
-async def test_history_stays_bounded_with_continue_as_new(client, make_worker, task_queue, git_remote):
+async def test_history_stays_bounded_with_continue_as_new(client, make_worker,
+                                                          task_queue, git_remote):
     tasks = [TaskSpec(id=f"N{i}", run="true", verify="true", worktree=False) for i in range(60)]
     # 60 events: tasks that finish together share workflow tasks, so a run of 60 can stay near
     # 100 events; a limit well under that makes the run continue as new however the timing falls.
     async with make_worker():
-        handle = await start_board(client, Board(tasks=tasks, name="noop", max_parallel=10), str(git_remote.clone),
-                                   task_queue=task_queue, max_history_events=60)
+        handle = await start_board(client, Board(tasks=tasks, name="noop", max_parallel=10),
+                                   str(git_remote.clone), task_queue=task_queue,
+                                   max_history_events=60)
         result = await handle.result()
         save_history("orchestrator_continue_as_new", (await handle.fetch_history()).to_json())
     assert [t.status for t in result.tasks] == ["succeeded"] * 60
@@ -250,7 +275,8 @@ async def test_second_identical_run_hits_the_result_cache_even_after_restart(
     assert all(t.landed for t in third.tasks + refreshed.tasks)
 
 
-async def test_missing_template_variable_fails_the_task_clearly(client, make_worker, task_queue, git_remote, settings):
+async def test_missing_template_variable_fails_the_task_clearly(
+        client, make_worker, task_queue, git_remote, settings):
     b = board(2)
     b.tasks[0].template = "Do {{ task.id }} carefully, mind {{ no_such_variable }}"
     async with make_worker():

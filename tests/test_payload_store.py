@@ -70,7 +70,8 @@ def test_a_corrupted_payload_is_refused_naming_its_key(tmp_path: Path):
         and ref.key in str(caught.value)
         and "SHA-256" in str(caught.value)
     )
-    assert store.put(b"the prompt") == ref and store.get(ref) == b"the prompt"  # stored again: healed
+    # stored again: healed
+    assert store.put(b"the prompt") == ref and store.get(ref) == b"the prompt"
 
 
 def test_storing_again_refreshes_its_age_and_prune_takes_only_the_old(tmp_path: Path):

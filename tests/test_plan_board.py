@@ -17,7 +17,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-NASTY = ['say "hi" \\ now', "tab\there", "two\nlines\r\n", "bell\x07 del\x7f nul\x00", "ünïcode ✓", "'''", '"""']
+NASTY = ['say "hi" \\ now', "tab\there", "two\nlines\r\n", "bell\x07 del\x7f nul\x00",
+         "ünïcode ✓", "'''", '"""']
 
 
 @pytest.mark.parametrize("text", NASTY)
@@ -26,16 +27,20 @@ def test_strings_round_trip_through_toml(text: str) -> None:
 
 
 def test_a_written_board_parses_to_the_same_tasks() -> None:
-    rows = [{"id": "A", "scope": NASTY[0], "run": "printf '%s\\n' \"$X\" > a", "verify": "test -s a"},
-            {"id": "B", "scope": "b", "implementer": "anthropic", "verify": "true", "context": ["src/*.py"]}]
-    text = board_toml({"name": "n", "base": "main"}, rows, header=["a goal\x1b with an escape", "line two"])
+    rows = [{"id": "A", "scope": NASTY[0], "run": "printf '%s\\n' \"$X\" > a",
+             "verify": "test -s a"},
+            {"id": "B", "scope": "b", "implementer": "anthropic", "verify": "true",
+             "context": ["src/*.py"]}]
+    text = board_toml({"name": "n", "base": "main"}, rows,
+                      header=["a goal\x1b with an escape", "line two"])
     board = parse_toml_board(text)
     assert [(t.id, t.scope, t.run, t.implementer, t.context) for t in board.tasks] == [
         ("A", NASTY[0], rows[0]["run"], "", []), ("B", "b", "", "anthropic", ["src/*.py"])]
 
 
 def good(n: int = 2) -> dict:
-    return {"name": "b", "tasks": [{"id": f"T{i}", "scope": "s", "run": "true", "verify": "true"} for i in range(n)]}
+    return {"name": "b", "tasks": [{"id": f"T{i}", "scope": "s", "run": "true", "verify": "true"}
+                                   for i in range(n)]}
 
 
 @pytest.mark.parametrize("answer, words", [
@@ -43,14 +48,21 @@ def good(n: int = 2) -> dict:
     ({"tasks": good()["tasks"]}, "`name` must be a non-empty string"),
     ({"name": "b", "tasks": []}, "`tasks` must be a non-empty list"),
     ({"name": "b", "tasks": ["x"]}, "tasks[0] must be an object"),
-    ({"name": "b", "tasks": [{"id": "A", "scope": "s"}]}, "tasks[0] (A): `verify` must be a string"),
-    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "run": 3}]}, "`run` must be a string"),
-    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "context": "x"}]}, "`context` must be a list"),
-    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "branch": "x"}]}, "unknown key(s) branch"),
+    ({"name": "b", "tasks": [{"id": "A", "scope": "s"}]},
+     "tasks[0] (A): `verify` must be a string"),
+    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "run": 3}]},
+     "`run` must be a string"),
+    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "context": "x"}]},
+     "`context` must be a list"),
+    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "branch": "x"}]},
+     "unknown key(s) branch"),
     ({**good(), "extra": 1}, "unknown key(s) extra"),
-    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v"}]}, "tasks[0] (A): task A has no run command"),
-    ({"name": "b", "tasks": [{"id": "a b", "scope": "s", "verify": "v", "run": "r"}]}, "tasks[0] (a b): "),
-    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "run": "r", "implementer": "openai"}]},
+    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v"}]},
+     "tasks[0] (A): task A has no run command"),
+    ({"name": "b", "tasks": [{"id": "a b", "scope": "s", "verify": "v", "run": "r"}]},
+     "tasks[0] (a b): "),
+    ({"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v", "run": "r",
+                              "implementer": "openai"}]},
      "implementer must be"),
 ])
 def test_bad_answers_are_refused_naming_the_task(answer: object, words: str) -> None:
@@ -66,7 +78,8 @@ def test_over_the_limit_is_refused_never_cut() -> None:
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    answer = {"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v"}, {"id": "B", "scope": "s", "verify": "v"}]}
+    answer = {"name": "b", "tasks": [{"id": "A", "scope": "s", "verify": "v"},
+                                     {"id": "B", "scope": "s", "verify": "v"}]}
     with pytest.raises(BoardRefused) as refused:
         planned_board(answer, "main", "goal", 5)
     assert len(refused.value.problems) == 2
@@ -91,4 +104,5 @@ def test_plan_input_is_checked_naming_the_key(raw: object, words: str) -> None:
 
 def test_plan_input_defaults() -> None:
     plan = parse_plan_input({"goal": "g", "repo": "/r"})
-    assert (plan.base, plan.max_tasks, plan.llm_batch, plan.template) == ("main", 20, False, "planner.j2")
+    assert (plan.base, plan.max_tasks, plan.llm_batch, plan.template) == (
+        "main", 20, False, "planner.j2")

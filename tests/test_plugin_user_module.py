@@ -1,6 +1,6 @@
 """The docs' plugin snippet (docs/deployment.md), pasted into a user's module beside
-their own sandboxed workflow (`from taskfleet import TaskfleetPlugin` at the top), validates and runs
-both."""
+their own sandboxed workflow (`from taskfleet import TaskfleetPlugin` at the top),
+validates and runs both."""
 
 from __future__ import annotations
 
@@ -36,25 +36,30 @@ USER_CODE = textwrap.dedent('''
             return await workflow.execute_activity(my_activity, name, start_to_close_timeout=timedelta(seconds=30))
 
 
-''')
+''')  # noqa: E501 (a user's module, as they would write it)
 
 
 def docs_plugin_snippet() -> str:
-    """The python block that uses `TaskfleetPlugin`: one in the README and the docs pages together."""
+    """The python block that uses `TaskfleetPlugin`: one in the README and the docs
+    pages together."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    blocks = [b for page in pages for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
+    blocks = [
+        b for page in pages for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
     snippets = [b for b in blocks if "TaskfleetPlugin()" in b]
-    assert len(snippets) == 1, "the docs should have exactly one plugin snippet (docs/deployment.md)"
+    assert len(snippets) == 1, (
+        "the docs should have exactly one plugin snippet (docs/deployment.md)")
     return snippets[0]
 
 
 def user_module(address: str, task_queue: str) -> str:
-    """The snippet with the user's definitions pasted in before `main`, pointed at the test's server."""
+    """The snippet with the user's definitions pasted in before `main`,
+    pointed at the test's server."""
     snippet = docs_plugin_snippet()
     assert "await" not in snippet.split("async def main")[0], "no top-level await in the snippet"
     head, main = snippet.split("async def main", 1)
     code = head + USER_CODE + "async def main" + main
-    return code.replace('"localhost:7233"', f'"{address}"').replace('task_queue="taskfleet"', f'task_queue="{task_queue}"')
+    return code.replace('"localhost:7233"', f'"{address}"').replace(
+        'task_queue="taskfleet"', f'task_queue="{task_queue}"')
 
 
 async def test_readme_snippet_in_a_user_module_runs_the_users_workflow_and_ours(
@@ -65,8 +70,8 @@ async def test_readme_snippet_in_a_user_module_runs_the_users_workflow_and_ours(
     (user_dir / "my_app.py").write_text(user_module(server_address, task_queue))
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "my_app.py"], cwd=user_dir, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([sys.executable, "my_app.py"], cwd=user_dir, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         async def polling() -> None:
             assert proc.poll() is None, log.read_text()
@@ -75,8 +80,8 @@ async def test_readme_snippet_in_a_user_module_runs_the_users_workflow_and_ours(
             assert await workflow_pollers(client, task_queue)
 
         await eventually(polling, timeout=60)
-        mine = await client.execute_workflow("MyWorkflow", "user", id=f"mine-{task_queue}", task_queue=task_queue,
-                                             result_type=str)
+        mine = await client.execute_workflow("MyWorkflow", "user", id=f"mine-{task_queue}",
+                                             task_queue=task_queue, result_type=str)
         assert mine == "hello user"
         ours = await client.execute_workflow(LESSONS_QUERY_WORKFLOW, None, id=f"ours-{task_queue}",
                                              task_queue=task_queue, result_type=LessonsAnswer)
@@ -89,4 +94,5 @@ async def test_readme_snippet_in_a_user_module_runs_the_users_workflow_and_ours(
             proc.kill()
             proc.wait()
     output = log.read_text()
-    assert "Failed validating workflow" not in output and "RestrictedWorkflowAccessError" not in output, output
+    assert ("Failed validating workflow" not in output
+            and "RestrictedWorkflowAccessError" not in output), output

@@ -1,5 +1,6 @@
-"""Worker presence: a crashed worker's worktree registrations are removed by whoever takes its expired
-lease, and a live worker's never are. Real dev server, real git, a real process SIGKILLed."""
+"""Worker presence: a crashed worker's worktree registrations are removed by whoever takes its
+expired lease, and a live worker's never are. Real dev server, real git,
+a real process SIGKILLed."""
 
 from __future__ import annotations
 
@@ -39,24 +40,28 @@ async def main(address, task_queue, clone, path):
     await asyncio.Event().wait()
 
 asyncio.run(main(*sys.argv[1:]))
-"""
+"""  # noqa: E501 (a script's text)
 
 
 async def test_only_a_dead_workers_worktrees_are_swept(
-    client: Client, task_queue: str, server_address: str, lock_worker, git_remote: GitRemoteFixture, tmp_path: Path
+    client: Client, task_queue: str, server_address: str, lock_worker,
+    git_remote: GitRemoteFixture, tmp_path: Path
 ):
     fx = git_remote
     alive = WorkerPresence(client, task_queue, pod="pod-y", lease_seconds=2)
     await alive.start()
-    sweeper = WorkerPresence(client, task_queue, pod="pod-z", lease_seconds=2, alive_recheck_seconds=0)
+    sweeper = WorkerPresence(client, task_queue, pod="pod-z", lease_seconds=2,
+                             alive_recheck_seconds=0)
     await sweeper.start()
     proc = None
     try:
         live_path = tmp_path / "pod-y" / "w-1"
-        git(fx.clone, "worktree", "add", "-q", *alive.worktree_add_args(), "--detach", str(live_path), "main")
+        git(fx.clone, "worktree", "add", "-q", *alive.worktree_add_args(), "--detach",
+            str(live_path), "main")
         dead_path = tmp_path / "pod-x" / "w-1"
         proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER_SCRIPT, server_address, task_queue, str(fx.clone), str(dead_path)],
+            [sys.executable, "-c", WORKER_SCRIPT, server_address, task_queue, str(fx.clone),
+             str(dead_path)],
             cwd=ROOT, stdout=subprocess.PIPE, text=True,
         )
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
@@ -73,7 +78,8 @@ async def test_only_a_dead_workers_worktrees_are_swept(
 
         await eventually(swept, timeout=30)
         assert [r.lease for r in registrations(fx.clone)] == [alive.key]
-        assert dead_path.exists()  # another pod's folder is not ours to delete (here: visible, kept)
+        # another pod's folder is not ours to delete (here: visible, kept)
+        assert dead_path.exists()
         assert live_path.exists()
     finally:
         if proc is not None and proc.poll() is None:
@@ -101,7 +107,8 @@ async def test_a_lost_presence_lease_is_taken_again_under_a_new_key(
         await eventually(told_lost, timeout=30)
         await presence.ensure()
         assert presence.key != old and presence.ready.is_set() and not presence.lease.lost
-        assert await presence.sweep(git_remote.clone) == []  # its own old worktree is its pool's to remove
+        # its own old worktree is its pool's to remove
+        assert await presence.sweep(git_remote.clone) == []
         assert [r.lease for r in registrations(git_remote.clone)] == [old]
     finally:
         await presence.stop()
@@ -115,14 +122,18 @@ async def test_a_presence_lock_that_starts_over_is_not_taken_for_a_dead_workers(
     take the worker for dead, and the worker takes its lease again under the same key."""
     alive = WorkerPresence(client, task_queue, pod="pod-v", lease_seconds=2)
     await alive.start()
-    sweeper = WorkerPresence(client, task_queue, pod="pod-s", lease_seconds=2, alive_recheck_seconds=0)
+    sweeper = WorkerPresence(client, task_queue, pod="pod-s", lease_seconds=2,
+                             alive_recheck_seconds=0)
     await sweeper.start()
     try:
         path = tmp_path / "pod-v" / "w-1"
-        git(git_remote.clone, "worktree", "add", "-q", *alive.worktree_add_args(), "--detach", str(path), "main")
+        git(git_remote.clone, "worktree", "add", "-q", *alive.worktree_add_args(), "--detach",
+            str(path), "main")
         lock = alive._lock(alive.pod, alive.key)
-        await client.get_workflow_handle(lock.workflow_id).terminate(reason="test: the lock's history ends")
-        assert await sweeper.sweep(git_remote.clone) == []  # no lock: that says nothing of its worker
+        await client.get_workflow_handle(lock.workflow_id).terminate(
+            reason="test: the lock's history ends")
+        # no lock: that says nothing of its worker
+        assert await sweeper.sweep(git_remote.clone) == []
 
         async def taken_again() -> None:
             status = await lock.holders()

@@ -29,7 +29,8 @@ from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, processes_with_environ
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=70, waits=True)]  # kills workers of its own and waits out their leases
+# kills workers of its own and waits out their leases
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=70, waits=True)]
 
 TASKS = 6
 # How long the server waits for a silent task before retrying it: long enough that a busy machine's
@@ -46,7 +47,8 @@ def _namespaces_allowed() -> bool:
 
 
 MODES = [
-    pytest.param(MODE_NAMESPACE, marks=pytest.mark.skipif(not _namespaces_allowed(), reason="PID namespaces not permitted")),
+    pytest.param(MODE_NAMESPACE, marks=pytest.mark.skipif(not _namespaces_allowed(),
+                                                          reason="PID namespaces not permitted")),
     MODE_GROUP,
 ]
 
@@ -55,21 +57,25 @@ class Harness:
     def __init__(self, tmp_path: Path, server_address: str, task_queue: str, mode: str) -> None:
         self.root, self.mode = tmp_path, mode
         self.marker = f"TREE_TEST={uuid.uuid4().hex}"
-        self.starts, self.locks, self.overlaps = tmp_path / "starts", tmp_path / "locks", tmp_path / "overlaps"
+        self.starts, self.locks, self.overlaps = (tmp_path / "starts", tmp_path / "locks",
+                                                  tmp_path / "overlaps")
         self.starts.mkdir()
         self.locks.mkdir()
-        self.args = ("--address", server_address, "--task-queue", task_queue, "--process-trees", mode)
+        self.args = ("--address", server_address, "--task-queue", task_queue,
+                     "--process-trees", mode)
         self.workers: list[WorkerProcess] = []
 
     def board(self) -> Board:
         run = (
             f'exec 9>"{self.locks}/$TASKFLEET_TASK_ID"; '
             f'if [ -e "{self.starts}/$TASKFLEET_TASK_ID" ]; then '
-            f'  flock -n 9 || echo "$TASKFLEET_TASK_ID" >> "{self.overlaps}"; echo retry > retry.txt; '
+            f'  flock -n 9 || echo "$TASKFLEET_TASK_ID" >> "{self.overlaps}"; '
+            'echo retry > retry.txt; '
             f'else flock 9; touch "{self.starts}/$TASKFLEET_TASK_ID"; export {self.marker}; '
             f"  sh -c 'sleep 30 & sleep 30 & wait'; fi"
         )
-        tasks = [TaskSpec(id=f"P{i}", run=run, verify="test -f retry.txt", timeout_seconds=120) for i in range(TASKS)]
+        tasks = [TaskSpec(id=f"P{i}", run=run, verify="test -f retry.txt", timeout_seconds=120)
+                 for i in range(TASKS)]
         return Board(tasks=tasks, name="trees", max_parallel=TASKS)
 
     def worker(self, name: str, *extra: str) -> WorkerProcess:
@@ -99,8 +105,10 @@ class Harness:
 
 async def _finish(client: Client, handle, harness: Harness) -> None:
     result = await asyncio.wait_for(handle.result(), 180)
-    assert all(t.status == "succeeded" and t.landed for t in result.tasks), [(t.id, t.reason) for t in result.tasks]
-    assert not harness.overlaps.exists(), f"retries ran beside an earlier attempt: {harness.overlaps.read_text()}"
+    assert all(t.status == "succeeded" and t.landed
+               for t in result.tasks), [(t.id, t.reason) for t in result.tasks]
+    assert not harness.overlaps.exists(), (
+        f"retries ran beside an earlier attempt: {harness.overlaps.read_text()}")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -112,8 +120,9 @@ async def test_a_killed_worker_leaves_no_task_process_and_no_retry_overlaps(
     try:
         await first.wait_started()
         assert f"task processes: {mode}" in await _log_line(first, "task processes:")
-        handle = await start_board(client, harness.board(), str(git_remote.clone), task_queue=task_queue,
-                                   heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT, git_max_batch_age_seconds=0.2)
+        handle = await start_board(
+            client, harness.board(), str(git_remote.clone), task_queue=task_queue,
+            heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT, git_max_batch_age_seconds=0.2)
         await harness.all_running()
         os.kill(first.proc.pid, signal.SIGKILL)  # kill -9: no clean-up runs in the worker
 
@@ -141,16 +150,19 @@ async def test_a_retry_ends_an_earlier_attempt_whose_worker_stopped_answering(
     first = harness.worker("first", "--max-concurrent-activities", str(TASKS))
     try:
         await first.wait_started()
-        handle = await start_board(client, harness.board(), str(git_remote.clone), task_queue=task_queue,
-                                   heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT, git_max_batch_age_seconds=0.2)
+        handle = await start_board(
+            client, harness.board(), str(git_remote.clone), task_queue=task_queue,
+            heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT, git_max_batch_age_seconds=0.2)
         await harness.all_running()
-        second = harness.worker("second")  # polls the same queue; the running tasks stay with the first
+        # polls the same queue; the running tasks stay with the first
+        second = harness.worker("second")
         await second.wait_started()
         os.kill(first.proc.pid, signal.SIGSTOP)
         assert harness.task_processes(), "the stopped worker's tasks should still be running"
         await _finish(client, handle, harness)
         assert harness.task_processes() == []
-        assert "killed" in (tmp_path / "second.log").read_text()  # the retries ended the first attempts
+        # the retries ended the first attempts
+        assert "killed" in (tmp_path / "second.log").read_text()
     finally:
         harness.stop_all()
 
@@ -172,4 +184,5 @@ def test_the_mechanism_is_detected_once_and_forcing_the_fallback_works():
         detect("containers")
     if _namespaces_allowed():
         namespace = detect(MODE_NAMESPACE)
-        assert namespace.namespaced and re.search(r"--pid --fork --kill-child --mount-proc", namespace.why)
+        assert namespace.namespaced and re.search(r"--pid --fork --kill-child --mount-proc",
+                                                  namespace.why)

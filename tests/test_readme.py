@@ -36,7 +36,8 @@ else:  # pragma: no cover - Python 3.10
 
 README = (ROOT / "README.md").read_text()
 PAGES = {"README.md": README} | {
-    f"docs/{path.relative_to(ROOT / 'docs')}": path.read_text() for path in sorted((ROOT / "docs").rglob("*.md"))
+    f"docs/{path.relative_to(ROOT / 'docs')}": path.read_text()
+    for path in sorted((ROOT / "docs").rglob("*.md"))
 }
 BIN = Path(sys.executable).parent
 
@@ -51,14 +52,16 @@ def page_blocks(language: str) -> list[tuple[str, str]]:
 
 
 def commands(text: str = README) -> list[list[str]]:
-    """Every command line of the `sh` blocks, continuation lines joined, comments dropped; `$(...)` too."""
+    """Every command line of the `sh` blocks, continuation lines joined, comments dropped;
+    `$(...)` too."""
     out = []
     for block in blocks("sh", text):
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if not words:
                 continue
-            if re.fullmatch(r"[A-Z_]+=\$\(.*", words[0]):  # WF=$(taskfleet git id --repo /path/clone)
+            # WF=$(taskfleet git id --repo /path/clone)
+            if re.fullmatch(r"[A-Z_]+=\$\(.*", words[0]):
                 inner = line.split("$(", 1)[1].rsplit(")", 1)[0]
                 words = shlex.split(inner)
             out.append(words)
@@ -80,17 +83,21 @@ def makefile_variables() -> set[str]:
 
 def names_in_sources() -> str:
     """The product's own source text, to check that an exported TASKFLEET_* variable is read."""
-    return "\n".join(p.read_text() for d in ("taskfleet", "workflows", "activities") for p in (ROOT / d).rglob("*.py"))
+    return "\n".join(p.read_text() for d in ("taskfleet", "workflows", "activities")
+                     for p in (ROOT / d).rglob("*.py"))
 
 
 def usage_has_options(usage: str, options: list[str]) -> list[str]:
     """The options of a command line that its program's usage text does not name."""
-    return [o for o in options if not re.search(rf"(?<![\w-]){re.escape(o.split('=', 1)[0])}(?![\w-])", usage)]
+    return [o for o in options
+            if not re.search(rf"(?<![\w-]){re.escape(o.split('=', 1)[0])}(?![\w-])", usage)]
 
 
 def check_git(args: list[str]) -> None:
-    """git has no dry run: the subcommand's usage (`-h`, in a scratch repository) must name every option."""
-    while args and args[0] in ("-C", "-c"):  # global options: a path or a setting that need not exist here
+    """git has no dry run: the subcommand's usage (`-h`,
+    in a scratch repository) must name every option."""
+    # global options: a path or a setting that need not exist here
+    while args and args[0] in ("-C", "-c"):
         args = args[2:]
     words = []
     for word in args:
@@ -100,18 +107,22 @@ def check_git(args: list[str]) -> None:
     options = [a for a in args if a.startswith("-")]
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(["git", "init", "-q", scratch], check=True)
-        done = subprocess.run(["git", *words, "-h"], cwd=scratch, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["git", *words, "-h"], cwd=scratch, capture_output=True,
+                              text=True, timeout=30)
     usage = done.stdout + done.stderr
-    assert done.returncode == 129 and "usage: git" in usage, f"git does not know: git {shlex.join(args)}"
-    assert not usage_has_options(usage, options), f"git {shlex.join(words)} has no {usage_has_options(usage, options)}"
+    assert done.returncode == 129 and "usage: git" in usage, (
+        f"git does not know: git {shlex.join(args)}")
+    assert not usage_has_options(usage, options), (
+        f"git {shlex.join(words)} has no {usage_has_options(usage, options)}")
 
 
 def check_docker_compose(args: list[str]) -> None:
-    """No Docker engine here: the profile and services must be docker-compose.yml's, the flags known ones."""
+    """No Docker engine here: the profile and services must be docker-compose.yml's,
+    the flags known ones."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     profiles = {p for service in compose["services"].values() for p in service.get("profiles", [])}
-    flags = {"up": {"-d", "--detach", "--build", "--wait"}, "down": {"-v", "--volumes"}, "ps": set(),
-             "logs": {"-f", "--follow"}, "config": {"--quiet", "-q"}, "build": set()}
+    flags = {"up": {"-d", "--detach", "--build", "--wait"}, "down": {"-v", "--volumes"},
+             "ps": set(), "logs": {"-f", "--follow"}, "config": {"--quiet", "-q"}, "build": set()}
     while args[:1] == ["--profile"]:
         assert args[1] in profiles, f"docker-compose.yml has no profile {args[1]!r}"
         args = args[2:]
@@ -126,8 +137,10 @@ def check_docker_compose(args: list[str]) -> None:
 @functools.cache
 def script_usage(script: str) -> tuple[int, str]:
     """A benchmark's `--help` (its own argparse parser), once per script."""
-    done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    return done.returncode, done.stdout + done.stderr  # benchmarks keep stdout for their JSON: help goes to stderr
+    done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    # benchmarks keep stdout for their JSON: help goes to stderr
+    return done.returncode, done.stdout + done.stderr
 
 
 def check_python(args: list[str]) -> None:
@@ -136,21 +149,24 @@ def check_python(args: list[str]) -> None:
     elif args[:1] == ["worker.py"]:
         worker_parse_args(args[1:])
     elif args[:2] == ["-m", "pytest"]:
-        done = subprocess.run([sys.executable, "-m", "pytest", *args[2:], "--collect-only", "-q"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, f"pytest refused {shlex.join(args)}: {done.stdout[-500:]}{done.stderr[-500:]}"
+        done = subprocess.run([sys.executable, "-m", "pytest", *args[2:], "--collect-only", "-q"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (
+            f"pytest refused {shlex.join(args)}: {done.stdout[-500:]}{done.stderr[-500:]}")
     elif args and args[0].startswith("benchmarks/") and args[0].endswith(".py"):
         assert (ROOT / args[0]).is_file(), f"no benchmark {args[0]}"
         code, usage = script_usage(args[0])
         assert code == 0, usage
         options = [a for a in args[1:] if a.startswith("-")]
-        assert not usage_has_options(usage, options), f"{args[0]} has no {usage_has_options(usage, options)}"
+        assert not usage_has_options(usage, options), (
+            f"{args[0]} has no {usage_has_options(usage, options)}")
     else:
         pytest.fail(f"a python command no test checks: python {shlex.join(args)}")
 
 
 def check(words: list[str]) -> None:
-    while words and re.fullmatch(r"[A-Z][A-Z0-9_]*=\S*", words[0]):  # `NAME=value command`: its environment
+    # `NAME=value command`: its environment
+    while words and re.fullmatch(r"[A-Z][A-Z0-9_]*=\S*", words[0]):
         check(["export", words[0]])
         words = words[1:]
     program, args = words[0], words[1:]
@@ -165,24 +181,28 @@ def check(words: list[str]) -> None:
     elif program == "export":
         for assignment in args:
             name = assignment.split("=", 1)[0]
-            assert name.startswith("TASKFLEET_") and name in names_in_sources(), f"nothing reads {name}"
+            assert name.startswith("TASKFLEET_") and name in names_in_sources(), (
+                f"nothing reads {name}")
     elif program == "taskfleet":
         try:
             build_parser().parse_args(args)
         except SystemExit as exit_:
-            assert exit_.code == 0 and "--help" in args, f"taskfleet's parser refused: {shlex.join(words)}"
+            assert exit_.code == 0 and "--help" in args, (
+                f"taskfleet's parser refused: {shlex.join(words)}")
     elif program == "taskfleet-worker" or words[:2] == ["python", "worker.py"]:
         worker_parse_args(args[1:] if program == "python" else args)
     elif program == "python":
         check_python(args)
     elif program == "temporal":
         flags = [a for a in args]
-        done = subprocess.run([find_temporal_cli(), *flags, "--help"], capture_output=True, text=True, timeout=30)
+        done = subprocess.run([find_temporal_cli(), *flags, "--help"], capture_output=True,
+                              text=True, timeout=30)
         assert done.returncode == 0, f"temporal refused {shlex.join(words)}: {done.stderr.strip()}"
     elif program == "git":
         check_git(args)
     elif program == "mkdocs":
-        done = subprocess.run([BIN / "mkdocs", *args, "--help"], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([BIN / "mkdocs", *args, "--help"], capture_output=True,
+                              text=True, timeout=60)
         assert done.returncode == 0, f"mkdocs refused {shlex.join(words)}: {done.stderr.strip()}"
     elif program == "docker" and args[:1] == ["compose"]:
         check_docker_compose(args[1:])
@@ -192,19 +212,25 @@ def check(words: list[str]) -> None:
 
 def test_readme_has_examples_to_check():
     found = commands()
-    assert len(found) >= 20 and any(w[0] == "taskfleet" for w in found) and any(w[0] == "temporal" for w in found)
-    assert README.index(". .venv/bin/activate") < README.index("taskfleet run "), "activation comes first"
+    assert (len(found) >= 20 and any(w[0] == "taskfleet" for w in found)
+            and any(w[0] == "temporal" for w in found))
+    assert README.index(". .venv/bin/activate") < README.index("taskfleet run "), (
+        "activation comes first")
 
 
 def test_the_docs_have_examples_to_check():
-    """Every page is read (the nav and the folder agree), and the pages hold commands of every kind checked."""
+    """Every page is read (the nav and the folder agree),
+    and the pages hold commands of every kind checked."""
     nav = (ROOT / "mkdocs.yml").read_text()
-    assert {f"docs/{name}" for name in re.findall(r":\s*([\w/-]+\.md)\s*$", nav, re.M)} == set(PAGES) - {"README.md"}
+    assert ({f"docs/{name}" for name in re.findall(r":\s*([\w/-]+\.md)\s*$", nav, re.M)}
+            == set(PAGES) - {"README.md"})
     programs = {words[0] for _, words in all_commands()}
-    assert {"taskfleet", "taskfleet-worker", "temporal", "make", "git", "docker", "python"} <= programs
+    assert ({"taskfleet", "taskfleet-worker", "temporal", "make", "git", "docker", "python"}
+            <= programs)
 
 
-@pytest.mark.parametrize("page,words", all_commands(), ids=lambda v: v if isinstance(v, str) else shlex.join(v)[:60])
+@pytest.mark.parametrize("page,words", all_commands(),
+                         ids=lambda v: v if isinstance(v, str) else shlex.join(v)[:60])
 def test_each_shell_command_parses(page: str, words: list[str]):
     check(words)
 
@@ -239,19 +265,22 @@ def test_commands_that_need_no_server_run_verbatim(tmp_path: Path):
     distinct = {shlex.join(words): words for _, words in all_commands()}.values()
     for words in distinct:
         if words[0] == "taskfleet" and (words[1:] == ["--help"] or words[1:3] == ["git", "id"]):
-            done = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+            done = subprocess.run(words, cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=60)
             assert done.returncode == 0 and done.stdout.strip(), (words, done.stderr)
             ran += 1
     assert ran >= 2
 
 
-@pytest.mark.parametrize("page,source", page_blocks("python"), ids=lambda v: v if len(v) < 40 else "block")
+@pytest.mark.parametrize("page,source", page_blocks("python"),
+                         ids=lambda v: v if len(v) < 40 else "block")
 def test_python_blocks_compile(page: str, source: str):
     compile(source, f"{page} python block", "exec")
     assert not re.search(r"^await ", source, re.M), "no top-level await"
 
 
-@pytest.mark.parametrize("page,source", page_blocks("toml"), ids=lambda v: v if len(v) < 40 else "block")
+@pytest.mark.parametrize("page,source", page_blocks("toml"),
+                         ids=lambda v: v if len(v) < 40 else "block")
 def test_toml_blocks_are_boards(page: str, source: str):
     data = tomllib.loads(source)
     assert set(data) <= BOARD_KEYS, f"{page}: not board keys: {sorted(set(data) - BOARD_KEYS)}"
@@ -260,7 +289,8 @@ def test_toml_blocks_are_boards(page: str, source: str):
 
 
 def test_readme_links_point_to_files():
-    links = [link for link in re.findall(r"\]\(([^)\s]+)\)", README) if not re.match(r"[a-z]+:|#", link)]
+    links = [link for link in re.findall(r"\]\(([^)\s]+)\)", README)
+             if not re.match(r"[a-z]+:|#", link)]
     assert links, "the README links to the docs pages"
     missing = [link for link in links if not (ROOT / link.split("#", 1)[0]).exists()]
     assert not missing, missing
@@ -273,18 +303,21 @@ def test_readme_fits_on_two_screens():
 # The marks of a work log. Written with character classes (`[/]`, `[ ]`), and its samples below
 # assembled from parts, so that this file's own text holds none of the marks it looks for.
 WORK_LOG = re.compile(
-    r"\b(?:issues?|stops?) #?\d+\b|\bnotes[/]|closing[ ]note|\bh\d+\b|\bhelpers?\b|\bcontract C\d\b|\breview[ ]item",
+    r"\b(?:issues?|stops?) #?\d+\b|\bnotes[/]|closing[ ]note|\bh\d+\b|\bhelpers?\b|\bcontract C\d\b|\breview[ ]item",  # noqa: E501 (TEST_DATA: this text whole)
     re.I,
 )
-SAMPLE_ITEM, SAMPLE_NOTE, SAMPLE_PERSON = ("as issue " + "14 puts it", "see notes" + "/h" + "7.md", "as h" + "12 said")
+SAMPLE_ITEM, SAMPLE_NOTE, SAMPLE_PERSON = ("as issue " + "14 puts it", "see notes" + "/h" + "7.md",
+                                           "as h" + "12 said")
 
 
 # In code, "helper" is an ordinary word for a function or a fixture; every other mark of a work item
 # means the same in code as in prose.
 WORK_LOG_IN_CODE = re.compile(WORK_LOG.pattern.replace(r"|\bhelpers?\b", ""), re.I)
-# Folders and top-level files whose text is the product's (the recorded histories are data, not text).
+# Folders and top-level files whose text is the product's (the recorded histories are data, not
+# text).
 PRODUCT_DIRS = ("taskfleet", "workflows", "activities", "tests", "benchmarks", "examples", "docker")
-PRODUCT_FILES = ("worker.py", "Makefile", "pyproject.toml", "mkdocs.yml", "Dockerfile", "docker-compose.yml")
+PRODUCT_FILES = ("worker.py", "Makefile", "pyproject.toml", "mkdocs.yml", "Dockerfile",
+                 "docker-compose.yml")
 PRODUCT_SUFFIXES = (".py", ".md", ".toml", ".j2", ".txt", ".sh", ".yml", ".yaml")
 # Strings that are test data, not prose: the patterns above and the samples that prove they match,
 # and a file a test writes into a scratch repository. Each must still be where it is named.
@@ -296,10 +329,12 @@ TEST_DATA = {
 
 
 def product_files() -> dict[str, str]:
-    """Every text file of the product: README, docs, code, tests, benchmarks, examples, packaging."""
+    """Every text file of the product: README, docs, code, tests, benchmarks, examples,
+    packaging."""
     paths = [ROOT / name for name in PRODUCT_FILES] + [
         p for d in PRODUCT_DIRS for p in (ROOT / d).rglob("*")
-        if p.is_file() and p.suffix in PRODUCT_SUFFIXES and "histories" not in p.relative_to(ROOT).parts
+        if p.is_file() and p.suffix in PRODUCT_SUFFIXES
+            and "histories" not in p.relative_to(ROOT).parts
     ]
     return dict(PAGES) | {str(p.relative_to(ROOT)): p.read_text() for p in paths if p.is_file()}
 
@@ -310,10 +345,12 @@ def test_the_product_names_no_work_items():
     found = []
     for name, text in product_files().items():
         for data in TEST_DATA.get(name, ()):
-            assert data in text, f"{name} no longer holds the test data {data!r}: drop it from TEST_DATA"
+            assert data in text, (
+                f"{name} no longer holds the test data {data!r}: drop it from TEST_DATA")
             text = text.replace(data, "")
         pattern = WORK_LOG_IN_CODE if name.endswith((".py", ".j2")) else WORK_LOG
-        found += [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}" for m in pattern.finditer(text)]
+        found += [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+                  for m in pattern.finditer(text)]
     assert not found, found
     assert WORK_LOG.search(SAMPLE_ITEM) and WORK_LOG.search(SAMPLE_NOTE)
     assert WORK_LOG_IN_CODE.search(SAMPLE_PERSON) and not WORK_LOG_IN_CODE.search("a helper")

@@ -12,14 +12,15 @@ from tests.test_cli_run import cli
 TASKS = RESULT_MAX_TASKS + 150
 
 
-async def test_run_and_status_json_list_every_outcome_of_a_big_run(server_address, task_queue, make_worker,
-                                                                   git_remote, tmp_path):
+async def test_run_and_status_json_list_every_outcome_of_a_big_run(
+        server_address, task_queue, make_worker, git_remote, tmp_path):
     bad = RESULT_MAX_TASKS + 3
-    board = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=100, bad_rows={bad: "run = false"})
+    board = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=100,
+                             bad_rows={bad: "run = false"})
     run_id = f"big-{task_queue}"
     async with make_worker(max_concurrent_activities=100):
-        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json", "--id", run_id,
-                        task_queue=task_queue, timeout=170)
+        ran = await cli(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                        "--json", "--id", run_id, task_queue=task_queue, timeout=170)
         assert ran.returncode == 1, ran.stderr  # one task failed
         result = json.loads(ran.stdout)
         assert len(result["tasks"]) == TASKS and result["recorded"] == TASKS

@@ -24,9 +24,12 @@ TASKS = 20_000
 async def test_20000_tasks_run_with_every_payload_small_and_a_bad_task_on_page_7_fails_alone(
     client, server_address, task_queue, git_remote, tmp_path
 ):
-    clean = store_board_file(write_noop_board(tmp_path / "clean.toml", TASKS), str(git_remote.clone)).reference
-    BAD = page_starts(str(git_remote.clone), clean.board_id, 7)[6] + 17  # a task on page 7 of the run's pages
-    path = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=200, bad_rows={BAD: "run = 5"})
+    clean = store_board_file(write_noop_board(tmp_path / "clean.toml", TASKS),
+                             str(git_remote.clone)).reference
+    # a task on page 7 of the run's pages
+    BAD = page_starts(str(git_remote.clone), clean.board_id, 7)[6] + 17
+    path = write_noop_board(tmp_path / "big.toml", TASKS, max_parallel=200,
+                            bad_rows={BAD: "run = 5"})
     stored = store_board_file(path, str(git_remote.clone))
     # The worker as users run it, in its own process (not sharing this test's event loop). Its task
     # processes die with it by process group: a PID namespace per command costs ~1.5 ms more CPU, a
@@ -44,15 +47,18 @@ async def test_20000_tasks_run_with_every_payload_small_and_a_bad_task_on_page_7
         worker.kill_group()
     assert result.counts["succeeded"] == TASKS - 1 and result.counts["failed"] == 1, result.counts
     assert result.failed_ids == [f"n{BAD}"]
-    assert result.recorded == TASKS and result.tasks == []  # too many for the result: they are in the store
+    # too many for the result: they are in the store
+    assert result.recorded == TASKS and result.tasks == []
     assert status.counts == result.counts and status.total == TASKS and len(status.tasks) <= 20
 
     seen = 0
     for outcome in iter_run_outcomes(str(git_remote.clone), result.run_ref):
         seen += 1
         if outcome["id"] == f"n{BAD}":
-            header = path.read_text().splitlines().index(f'id = "n{BAD}"')  # the [[tasks]] line, 1-based
-            assert outcome["status"] == "failed" and outcome["reason"] == f"{path}:{header}: 'run' must be a string"
+            # the [[tasks]] line, 1-based
+            header = path.read_text().splitlines().index(f'id = "n{BAD}"')
+            assert outcome["status"] == "failed" and outcome["reason"] == (
+                f"{path}:{header}: 'run' must be a string")
             assert outcome["row"] == BAD
         else:
             assert outcome["status"] == "succeeded", outcome

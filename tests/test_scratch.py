@@ -1,4 +1,5 @@
-"""Scratch folders of worktree-less tasks: reused when left empty, removed when not, pruned after a crash."""
+"""Scratch folders of worktree-less tasks: reused when left empty, removed when not,
+pruned after a crash."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def test_two_running_tasks_never_share_a_folder(tmp_path: Path):
 
 def test_folders_of_a_worker_that_is_gone_are_pruned(tmp_path: Path):
     root = tmp_path / "scratch"
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True)
     dead_pid = int(gone.stdout)
     (root / str(dead_pid) / "tmpabc").mkdir(parents=True)
     (root / str(os.getppid())).mkdir(parents=True)  # a live process: kept

@@ -1,4 +1,5 @@
-"""Taskfleet on a server nobody prepared (`temporal server start-dev` without our search attributes)."""
+"""Taskfleet on a server nobody prepared (`temporal server start-dev` without our
+search attributes)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import GitRemoteFixture, eventually, free_port
 from tests.user_cli import assert_one_line_refusal, taskfleet
 
-BOARD = 'name = "plain"\nrun = "true"\nverify = "true"\n[[tasks]]\nid = "P1"\n[[tasks]]\nid = "P2"\n'
+BOARD = ('name = "plain"\nrun = "true"\nverify = "true"\n'
+         '[[tasks]]\nid = "P1"\n[[tasks]]\nid = "P2"\n')
 
 
 @pytest.fixture
@@ -66,7 +68,8 @@ async def plain_server(tmp_path: Path) -> AsyncIterator[str]:
 
 
 async def custom_attributes(client: Client) -> set[str]:
-    listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=client.namespace))
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace))
     return set(listed.custom_attributes)
 
 
@@ -78,11 +81,13 @@ async def test_a_start_refused_for_missing_attributes_is_recognised_and_falls_ba
     with pytest.raises(RPCError) as refused:
         await client.start_workflow(
             ORCHESTRATOR_WORKFLOW, None, id=f"refused-{uuid.uuid4().hex[:6]}", task_queue="nobody",
-            search_attributes=TypedSearchAttributes([SearchAttributePair(SearchAttributeKey.for_keyword("TaskfleetKind"), "x")]),
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(SearchAttributeKey.for_keyword("TaskfleetKind"), "x")]),
         )
     assert is_unknown_search_attribute(refused.value), refused.value.message
     # The clients fall back to starting without them (no worker needed to see the start succeed).
-    handle = await start_board(client, parse_toml_board(BOARD), str(git_remote.clone), task_queue="nobody")
+    handle = await start_board(client, parse_toml_board(BOARD), str(git_remote.clone),
+                               task_queue="nobody")
     assert (await handle.describe()).status is not None
     batcher = GitBatcherClient(client, GitBatchConfig(repo=str(git_remote.clone)), "nobody")
     await batcher.enqueue(GitOp(op_type="push", branch="main"))
@@ -90,42 +95,49 @@ async def test_a_start_refused_for_missing_attributes_is_recognised_and_falls_ba
     for h in (handle, batcher.handle):
         await h.terminate(reason="test over")
     # A worker with the plugin adds them where the operator API allows (a dev server does).
-    async with Worker(client, task_queue="nobody", plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=tmp_path / "state"))]):
+    async with Worker(client, task_queue="nobody",
+                      plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=tmp_path / "state"))]):
         async def added() -> None:
             assert {k.name for k in ALL} <= await custom_attributes(client)
 
         await eventually(added, timeout=30)
 
 
-async def test_run_and_enqueue_work_on_a_plain_dev_server(plain_server: str, git_remote: GitRemoteFixture, tmp_path: Path):
+async def test_run_and_enqueue_work_on_a_plain_dev_server(
+        plain_server: str, git_remote: GitRemoteFixture, tmp_path: Path):
     user_dir = tmp_path / "elsewhere"
     user_dir.mkdir()
     board = user_dir / "board.toml"
     board.write_text(BOARD)
     task_queue = f"plain-{uuid.uuid4().hex[:8]}"
-    enqueued = await taskfleet(plain_server, "git", "enqueue", "--repo", str(git_remote.clone), "--branch", "main",
-                               cwd=user_dir, task_queue=task_queue)
+    enqueued = await taskfleet(plain_server, "git", "enqueue", "--repo", str(git_remote.clone),
+                               "--branch", "main", cwd=user_dir, task_queue=task_queue)
     assert enqueued.returncode == 0 and "Traceback" not in enqueued.stderr, enqueued.stderr
     client = await Client.connect(plain_server)
-    assert {k.name for k in ALL} <= await custom_attributes(client)  # the CLI added them (dev server allows it)
-    worker = Worker(client, task_queue=task_queue, plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=tmp_path / "state"))])
+    # the CLI added them (dev server allows it)
+    assert {k.name for k in ALL} <= await custom_attributes(client)
+    worker = Worker(client, task_queue=task_queue,
+                    plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=tmp_path / "state"))])
     async with worker:
-        ran = await taskfleet(plain_server, "run", str(board), "--repo", str(git_remote.clone), "--json",
-                              cwd=user_dir, task_queue=task_queue)
+        ran = await taskfleet(plain_server, "run", str(board), "--repo", str(git_remote.clone),
+                              "--json", cwd=user_dir, task_queue=task_queue)
     assert ran.returncode == 0, ran.stderr
     assert all(t["landed"] for t in json.loads(ran.stdout)["tasks"])
     assert git_remote.remote_ref("task/P2")
 
 
-async def test_a_server_side_refusal_is_one_line_with_exit_code_2(plain_server: str, git_remote: GitRemoteFixture, tmp_path: Path):
+async def test_a_server_side_refusal_is_one_line_with_exit_code_2(
+        plain_server: str, git_remote: GitRemoteFixture, tmp_path: Path):
     client = await Client.connect(plain_server, namespace="no-such-namespace")
     with pytest.raises(StartupError, match="namespace no-such-namespace does not exist"):
         await ensure_search_attributes(client)
-    done = await taskfleet(plain_server, "git", "enqueue", "--repo", str(git_remote.clone), "--branch", "main",
-                           cwd=tmp_path, namespace="no-such-namespace")
+    done = await taskfleet(plain_server, "git", "enqueue", "--repo", str(git_remote.clone),
+                           "--branch", "main", cwd=tmp_path, namespace="no-such-namespace")
     line = assert_one_line_refusal(done, "no-such-namespace")
     assert line.startswith("taskfleet: ")
     started = time.monotonic()
-    status = await taskfleet(plain_server, "status", "anything", cwd=tmp_path, namespace="no-such-namespace")
-    assert status.returncode in (1, 2) and "Traceback" not in status.stderr and len(status.stderr.strip().splitlines()) == 1
+    status = await taskfleet(plain_server, "status", "anything", cwd=tmp_path,
+                             namespace="no-such-namespace")
+    assert (status.returncode in (1, 2) and "Traceback" not in status.stderr
+            and len(status.stderr.strip().splitlines()) == 1)
     assert time.monotonic() - started < 60

@@ -49,7 +49,7 @@ verify = "env"
 id = "L1"
 implementer = "anthropic"
 verify = "env > verify-env.txt; env; test -f llm/L1.txt"
-"""
+"""  # noqa: E501 (a board's text)
 
 
 def secrets() -> dict[str, str]:
@@ -91,8 +91,8 @@ def every_object(repo: Path) -> bytes:
     """The content of every object in a repository (commits, trees, blobs)."""
     import subprocess
 
-    return subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True,
-                          check=True).stdout
+    return subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo,
+                          capture_output=True, check=True).stdout
 
 
 async def test_no_credential_reaches_a_task_a_commit_a_log_or_a_history(
@@ -107,40 +107,50 @@ async def test_no_credential_reaches_a_task_a_commit_a_log_or_a_history(
             **values, **FAST_POLLS, "ANTHROPIC_BASE_URL": standin.url, "TEMPORAL_TLS": "false",
             "NPM_TOKEN": npm, "TASKFLEET_TASK_ENV": "NPM_TOKEN",
         }
-        worker = WorkerProcess("--address", server_address, "--task-queue", task_queue, "--state-dir", str(state),
-                               log=tmp_path / "worker.log", env=worker_env)
+        worker = WorkerProcess("--address", server_address, "--task-queue", task_queue,
+                               "--state-dir", str(state), log=tmp_path / "worker.log",
+                               env=worker_env)
         try:
             await worker.wait_started()
             board = tmp_path / "board.toml"
             board.write_text(BOARD)
-            # The replay test names a history's workflow by its file name (the Claude task's child id
-            # derives from it): this run is recorded under the id it runs with.
-            done = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone), "--json",
-                                   "--id", "orchestrator_env_checked", cwd=tmp_path, task_queue=task_queue, timeout=240)
+            # The replay test names a history's workflow by its file name (the Claude task's child
+            # id derives from it): this run is recorded under the id it runs with.
+            done = await taskfleet(server_address, "run", str(board), "--repo",
+                                   str(git_remote.clone), "--json", "--id",
+                                   "orchestrator_env_checked", cwd=tmp_path, task_queue=task_queue,
+                                   timeout=240)
             result = json.loads(done.stdout)
             texts = await histories_since(client, since)
             run = client.get_workflow_handle(json.loads(done.stdout)["workflow_id"])
             save_history("orchestrator_env_checked", (await run.fetch_history()).to_json())
         finally:
             worker.interrupt()
-        assert standin.calls["batches.create"] + standin.calls["messages.create"] >= 1  # the Claude task ran
+        # the Claude task ran
+        assert standin.calls["batches.create"] + standin.calls["messages.create"] >= 1
 
     tasks = {t["id"]: t for t in result["tasks"]}
-    assert done.returncode == 0 and all(t["status"] == "succeeded" for t in tasks.values()), done.stdout + done.stderr
+    assert done.returncode == 0 and all(t["status"] == "succeeded" for t in tasks.values()), (
+        done.stdout + done.stderr)
     assert all(tasks[i]["landed"] for i in ("E1", "E2", "L1")), tasks
     remote = git_remote.remote
     seen = git(remote, "show", f"{tasks['E1']['commit']}:run-env.txt")
-    assert "TASKFLEET_TASK_ID=E1" in seen and "PATH=" in seen  # the task's environment really was written
+    # the task's environment really was written
+    assert "TASKFLEET_TASK_ID=E1" in seen and "PATH=" in seen
     assert git(remote, "show", f"{tasks['E1']['commit']}:leak.txt") == ""
     assert git(remote, "show", f"{tasks['E2']['commit']}:npm.txt") == npm  # allowed, and asked for
-    # Verification's own output is never part of the change: it is in the task's log, not the commit.
-    assert "verify-env.txt" not in git(remote, "ls-tree", "-r", "--name-only", tasks["E1"]["commit"])
-    assert "verify-env.txt" not in git(remote, "ls-tree", "-r", "--name-only", tasks["L1"]["commit"])
+    # Verification's own output is never part of the change: it is in the task's log, not the
+    # commit.
+    assert "verify-env.txt" not in git(remote, "ls-tree", "-r", "--name-only",
+                                       tasks["E1"]["commit"])
+    assert "verify-env.txt" not in git(remote, "ls-tree", "-r", "--name-only",
+                                       tasks["L1"]["commit"])
 
     objects = every_object(remote)
     logs = {p: p.read_bytes() for p in state.rglob("*") if p.is_file() and p.suffix != ".sqlite"}
-    assert any(b"TASKFLEET_TASK_ID=E3" in data for data in logs.values())  # the scratch task's `env` is logged
-    assert any(b"TASKFLEET_TASK_ID=L1" in data for data in logs.values())  # so is the Claude task's verify `env`
+    # the scratch task's `env` is logged, and so is the Claude task's verify `env`
+    assert any(b"TASKFLEET_TASK_ID=E3" in data for data in logs.values())
+    assert any(b"TASKFLEET_TASK_ID=L1" in data for data in logs.values())
     worker_log = (tmp_path / "worker.log").read_bytes()
     for name, value in values.items():
         # The value nowhere; the name never as an environment entry (`NAME=`): the board's own
@@ -155,20 +165,22 @@ async def test_no_credential_reaches_a_task_a_commit_a_log_or_a_history(
     assert texts, "no workflow history was read"
 
 
-async def test_a_board_asking_for_a_variable_the_operator_did_not_allow_is_refused_before_anything_starts(
+async def test_a_board_asking_for_a_variable_the_operator_did_not_allow_is_refused_before_anything_starts(  # noqa: E501
     client, server_address, task_queue, git_remote: GitRemoteFixture, tmp_path: Path
 ):
-    worker = WorkerProcess("--address", server_address, "--task-queue", task_queue, "--state-dir",
-                           str(tmp_path / "state"), log=tmp_path / "worker.log",
-                           env={"AWS_SECRET_ACCESS_KEY": "aws-never", "TASKFLEET_TASK_ENV": "NPM_TOKEN,PIP_*"})
+    worker = WorkerProcess(
+        "--address", server_address, "--task-queue", task_queue, "--state-dir",
+        str(tmp_path / "state"), log=tmp_path / "worker.log",
+        env={"AWS_SECRET_ACCESS_KEY": "aws-never", "TASKFLEET_TASK_ENV": "NPM_TOKEN,PIP_*"})
     marker = tmp_path / "ran"
     board = tmp_path / "board.toml"
-    board.write_text(f'name = "greedy"\nrun = "touch {marker}"\nverify = "true"\n'
-                     '[[tasks]]\nid = "G1"\n[[tasks]]\nid = "G2"\nenv = ["AWS_SECRET_ACCESS_KEY", "NPM_TOKEN"]\n')
+    board.write_text(
+        f'name = "greedy"\nrun = "touch {marker}"\nverify = "true"\n[[tasks]]\nid = "G1"\n'
+        '[[tasks]]\nid = "G2"\nenv = ["AWS_SECRET_ACCESS_KEY", "NPM_TOKEN"]\n')
     try:
         await worker.wait_started()
-        done = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone), "--id",
-                               f"greedy-{task_queue}", cwd=tmp_path, task_queue=task_queue)
+        done = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone),
+                               "--id", f"greedy-{task_queue}", cwd=tmp_path, task_queue=task_queue)
         handle = client.get_workflow_handle(f"greedy-{task_queue}")
         history = [e async for e in handle.fetch_history_events()]
         save_history("orchestrator_env_refused", (await handle.fetch_history()).to_json())
@@ -178,7 +190,8 @@ async def test_a_board_asking_for_a_variable_the_operator_did_not_allow_is_refus
     refused = [line for line in done.stderr.splitlines() if "board refused" in line]
     assert len(refused) == 1 and "Traceback" not in done.stderr, done.stderr
     line = refused[0]
-    assert "board refused: env AWS_SECRET_ACCESS_KEY: not allowed by this worker's TASKFLEET_TASK_ENV (NPM_TOKEN, PIP_*)" in line, line
+    assert ("board refused: env AWS_SECRET_ACCESS_KEY: not allowed by this worker's "
+            "TASKFLEET_TASK_ENV (NPM_TOKEN, PIP_*)" in line), line
     assert "aws-never" not in done.stderr
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history
                  if e.HasField("activity_task_scheduled_event_attributes")]

@@ -43,9 +43,10 @@ class InMemoryServer:
     async def start(self) -> Client:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [find_temporal_cli(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port),
-                 "--ui-port", str(self.ui_port), "--headless", "--log-level", "error", *dev_server_flags()],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                [find_temporal_cli(), "server", "start-dev", "--ip", "127.0.0.1", "--port",
+                 str(self.port), "--ui-port", str(self.ui_port), "--headless", "--log-level",
+                 "error", *dev_server_flags()], stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True)
 
         async def up() -> Client:
             assert self.proc.poll() is None, self.log.read_text()
@@ -64,10 +65,13 @@ class InMemoryServer:
             self.proc.wait(timeout=30)
 
 
-async def one_board(client: Client, task_id: str, fx: GitRemoteFixture, queue: str) -> tuple[float, str]:
-    board = Board(tasks=[TaskSpec(id=task_id, run=WRITE, verify="true")], name=f"restart-{task_id}", max_parallel=1)
+async def one_board(client: Client, task_id: str, fx: GitRemoteFixture,
+                    queue: str) -> tuple[float, str]:
+    board = Board(tasks=[TaskSpec(id=task_id, run=WRITE, verify="true")], name=f"restart-{task_id}",
+                  max_parallel=1)
     started = time.monotonic()
-    handle = await start_board(client, board, str(fx.clone), task_queue=queue, git_max_batch_age_seconds=0.2)
+    handle = await start_board(client, board, str(fx.clone), task_queue=queue,
+                               git_max_batch_age_seconds=0.2)
     result = await asyncio.wait_for(handle.result(), 120)
     task = result.tasks[0]
     assert task.status == "succeeded" and task.landed, task
@@ -85,7 +89,8 @@ async def test_a_clone_used_before_a_server_restart_takes_the_next_board_at_once
         worker = WorkerProcess("--address", server.address, "--task-queue", queue, "--state-dir",
                                str(tmp_path / "state"), log=tmp_path / "worker.log")
         await worker.wait_started()
-        before = [(await one_board(client, f"R{i}", git_remote, queue))[0] for i in range(BOARDS_BEFORE)]
+        before = [(await one_board(client, f"R{i}", git_remote, queue))[0]
+                  for i in range(BOARDS_BEFORE)]
         fence = claims_dir(str(git_remote.clone)) / ".fence"
         seen = max(int(p.name) for p in fence.iterdir())
         assert seen >= BOARDS_BEFORE
@@ -96,8 +101,8 @@ async def test_a_clone_used_before_a_server_restart_takes_the_next_board_at_once
         events = [e async for e in client.get_workflow_handle(run_id).fetch_history_events()]
 
         async def presence_taken_again() -> None:
-            # The worker's presence lock is gone too: its lease is taken again under the same holder,
-            # so no other worker's sweep takes it for a dead worker's.
+            # The worker's presence lock is gone too: its lease is taken again under the same
+            # holder, so no other worker's sweep takes it for a dead worker's.
             assert "lease taken again" in worker.output()
 
         await eventually(presence_taken_again, timeout=60, interval=0.5)
@@ -105,11 +110,12 @@ async def test_a_clone_used_before_a_server_restart_takes_the_next_board_at_once
         if worker is not None:
             worker.kill_group()
         server.stop()
-    print(f"\nboards before the restart: median {statistics.median(before):.2f} s, max {max(before):.2f} s; "
-          f"first board after it: {seconds:.2f} s")
+    print(f"\nboards before the restart: median {statistics.median(before):.2f} s, "
+          f"max {max(before):.2f} s; first board after it: {seconds:.2f} s")
     attempts = {e.activity_task_started_event_attributes.attempt for e in events
                 if e.HasField("activity_task_started_event_attributes")}
     assert attempts == {1}, "a claim or task was retried after the restart"
     markers = [int(p.name) for p in fence.iterdir()]
-    assert len(markers) == 1 and markers[0] > seen, (markers, seen)  # granted above the fence, one marker kept
+    # granted above the fence, one marker kept
+    assert len(markers) == 1 and markers[0] > seen, (markers, seen)
     assert len(list(claims_dir(str(git_remote.clone)).glob("*.json"))) <= 1

@@ -32,10 +32,12 @@ def add(fx: GitRemoteFixture, pod: str, name: str) -> Path:
 
 def registered(fx: GitRemoteFixture) -> set[str]:
     out = git(fx.clone, "worktree", "list", "--porcelain")
-    return {line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")} - {str(fx.clone)}
+    return {line.split(" ", 1)[1] for line in out.splitlines()
+            if line.startswith("worktree ")} - {str(fx.clone)}
 
 
-def test_prune_and_gc_leave_other_pods_worktrees_and_prune_own_takes_only_ours(git_remote: GitRemoteFixture):
+def test_prune_and_gc_leave_other_pods_worktrees_and_prune_own_takes_only_ours(
+        git_remote: GitRemoteFixture):
     fx = git_remote
     mine = [add(fx, "pod-a", f"w-pod-a-{i}") for i in range(2)]
     theirs = add(fx, "pod-b", "w-pod-b-0")
@@ -54,7 +56,8 @@ def test_prune_and_gc_leave_other_pods_worktrees_and_prune_own_takes_only_ours(g
     # pod-b's expired lease holder cleans up after it, without touching folders it cannot see
     assert prune_own(fx.clone, "pod-b", delete_folders=False) == [theirs]
     assert registered(fx) == set()
-    assert subprocess.run(["git", "fsck", "--no-progress"], cwd=fx.clone, capture_output=True).returncode == 0
+    assert subprocess.run(["git", "fsck", "--no-progress"], cwd=fx.clone,
+                          capture_output=True).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -65,7 +68,8 @@ def test_prune_and_gc_leave_other_pods_worktrees_and_prune_own_takes_only_ours(g
         ("refs/heads/side.lock", ("branch", "-f", "side", "main")),
     ],
 )
-def test_git_lock_files_held_by_another_process_are_waited_out(git_remote: GitRemoteFixture, lock_file: str, command):
+def test_git_lock_files_held_by_another_process_are_waited_out(
+        git_remote: GitRemoteFixture, lock_file: str, command):
     fx = git_remote
     lock = fx.clone / ".git" / lock_file
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +123,8 @@ def test_a_worktree_half_registered_by_another_pod_is_waited_out(git_remote: Git
     assert (fx.clone.parent / "mine").is_dir()
 
 
-def test_forget_registrations_drops_only_the_given_paths_this_pod_owns(git_remote: GitRemoteFixture):
+def test_forget_registrations_drops_only_the_given_paths_this_pod_owns(
+        git_remote: GitRemoteFixture):
     from taskfleet.activities.pods.shared_clone import forget_registrations
 
     fx = git_remote
@@ -130,7 +135,8 @@ def test_forget_registrations_drops_only_the_given_paths_this_pod_owns(git_remot
     assert mine[0].exists()  # folders are the caller's to delete
 
 
-async def test_a_git_failure_on_a_lock_file_names_the_file_not_git_s_advice(git_remote: GitRemoteFixture):
+async def test_a_git_failure_on_a_lock_file_names_the_file_not_git_s_advice(
+        git_remote: GitRemoteFixture):
     """git ends a lock failure with advice ("remove the file manually to continue."); the error a
     task reports names the lock file instead, so a person knows which file to look at."""
     lock = git_remote.clone / ".git" / "refs" / "heads" / "side.lock"
@@ -144,5 +150,6 @@ async def test_a_git_failure_on_a_lock_file_names_the_file_not_git_s_advice(git_
 
 def test_a_file_named_like_a_lock_is_not_mistaken_for_the_lock():
     err = ("error: Your local changes to the following files would be overwritten by checkout:\n"
-           "\tCargo.lock\nPlease commit your changes or stash them before you switch branches.\nAborting\n")
+           "\tCargo.lock\nPlease commit your changes or stash them before you switch branches.\n"
+           "Aborting\n")
     assert str(GitError(("checkout", "-q"), 1, err)) == "git checkout -q failed: Aborting"

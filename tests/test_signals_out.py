@@ -1,4 +1,5 @@
-"""A workflow cancelled while its own signal to another workflow is in flight stops, on a real server.
+"""A workflow cancelled while its own signal to another workflow is in flight stops, on a real
+server.
 
 The SDK lets a signal in flight take a cancel of the sender; `send_signal` raises it afterwards. The
 sender here does nothing but signal, one signal after another, catching each signal's failure as
@@ -18,7 +19,8 @@ from temporalio.exceptions import CancelledError
 
 from tests.conftest import eventually
 
-PINGS = 2000  # far more than arrive before the test's cancel: the sender ends by the cancel, or fails the test
+# far more than arrive before the test's cancel: the sender ends by the cancel, or fails the test
+PINGS = 2000
 
 
 @workflow.defn(name="PingCounter", sandboxed=False)

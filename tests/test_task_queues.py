@@ -28,21 +28,26 @@ WRITE = 'echo "$TASKFLEET_TASK_ID" > "$TASKFLEET_TASK_ID.txt"'
 
 
 def worker(client: Client, queue: str, tmp_path: Path, name: str) -> Worker:
-    return Worker(client, task_queue=queue, plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=tmp_path / name))])
+    return Worker(client, task_queue=queue,
+                  plugins=[TaskfleetPlugin(TaskfleetSettings(state_dir=tmp_path / name))])
 
 
 def board(*ids: str) -> Board:
-    return Board(tasks=[TaskSpec(id=i, run=WRITE, verify="true") for i in ids], name=f"q-{ids[0]}", max_parallel=4)
+    return Board(tasks=[TaskSpec(id=i, run=WRITE, verify="true") for i in ids], name=f"q-{ids[0]}",
+                 max_parallel=4)
 
 
 async def run(client: Client, b: Board, fx: GitRemoteFixture, queue: str) -> OrchestratorResult:
-    handle = await start_board(client, b, str(fx.clone), task_queue=queue, git_max_batch_age_seconds=0.2)
+    handle = await start_board(client, b, str(fx.clone), task_queue=queue,
+                               git_max_batch_age_seconds=0.2)
     result = await asyncio.wait_for(handle.result(), 120)
-    assert all(t.status == "succeeded" and t.landed for t in result.tasks), [(t.id, t.reason) for t in result.tasks]
+    assert all(t.status == "succeeded" and t.landed
+               for t in result.tasks), [(t.id, t.reason) for t in result.tasks]
     return result
 
 
-async def test_one_clone_from_two_task_queues_in_turn_and_at_once(client, git_remote: GitRemoteFixture, tmp_path):
+async def test_one_clone_from_two_task_queues_in_turn_and_at_once(
+        client, git_remote: GitRemoteFixture, tmp_path):
     q1, q2 = f"q1-{uuid.uuid4().hex[:8]}", f"q2-{uuid.uuid4().hex[:8]}"
     async with worker(client, q1, tmp_path, "w1"):
         await run(client, board("A1", "A2"), git_remote, q1)
@@ -67,8 +72,8 @@ async def test_a_lock_an_older_taskfleet_left_on_a_queue_nobody_polls_moves(
     folder = claims_dir(str(git_remote.clone))
     resource = f"branch-claims:{folder}"
     lock_id = lease_lock_workflow_id(resource)
-    stranded = await client.start_workflow(LEASE_LOCK_WORKFLOW, LeaseLockConfig(resource=resource), id=lock_id,
-                                           task_queue=f"gone-{uuid.uuid4().hex[:8]}")
+    stranded = await client.start_workflow(LEASE_LOCK_WORKFLOW, LeaseLockConfig(resource=resource),
+                                           id=lock_id, task_queue=f"gone-{uuid.uuid4().hex[:8]}")
     queue = f"q-{uuid.uuid4().hex[:8]}"
     async with worker(client, queue, tmp_path, "w"):
         await run(client, board("M1"), git_remote, queue)
@@ -83,14 +88,18 @@ async def test_a_lock_on_a_queue_nobody_polls_is_one_clear_error_within_seconds(
     lock = LeaseLock(client, f"/shared/{uuid.uuid4().hex[:8]}", task_queue=nobody)
     with pytest.raises(NoWorker) as caught:
         await asyncio.wait_for(lock.acquire("me"), 30)
-    assert f"task queue '{nobody}'" in str(caught.value) and "start a taskfleet worker" in str(caught.value)
+    assert (f"task queue '{nobody}'" in str(caught.value)
+            and "start a taskfleet worker" in str(caught.value))
 
 
-@pytest.mark.parametrize("command", [["lessons", "stats"], ["git", "enqueue", "--wait", "--repo", "REPO", "--op-type", "push", "--branch", "task/x"]])
+@pytest.mark.parametrize("command", [
+    ["lessons", "stats"],
+    ["git", "enqueue", "--wait", "--repo", "REPO", "--op-type", "push", "--branch", "task/x"]])
 async def test_a_cli_wait_on_a_queue_nobody_polls_is_one_line(
     server_address, git_remote: GitRemoteFixture, tmp_path, command
 ):
     nobody = f"nobody-{uuid.uuid4().hex[:8]}"
     args = [str(git_remote.clone) if word == "REPO" else word for word in command]
     done = await taskfleet(server_address, *args, cwd=tmp_path, task_queue=nobody, timeout=60)
-    assert_one_line_refusal(done, f"task queue '{nobody}'", f"taskfleet-worker --task-queue {nobody}")
+    assert_one_line_refusal(done, f"task queue '{nobody}'",
+                            f"taskfleet-worker --task-queue {nobody}")

@@ -20,9 +20,11 @@ from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import ROOT, python_cmd
 
 CONTEXT = {
-    "task": {"id": "T1", "scope": "do it", "branch": "task/T1", "verify": "make check", "task_type": "feature"},
+    "task": {"id": "T1", "scope": "do it", "branch": "task/T1", "verify": "make check",
+             "task_type": "feature"},
     "board": {"base": "main"},
-    "lessons": [{"failure_type": "timeout", "times_seen": 2, "failure_msg": "slow", "resolution": "faster"}],
+    "lessons": [{"failure_type": "timeout", "times_seen": 2, "failure_msg": "slow",
+                 "resolution": "faster"}],
 }
 
 
@@ -39,7 +41,8 @@ def test_default_templates_compile_and_render():
     assert {"implementer.j2", "planner.j2", "judge.j2"} <= set(cache.load())
     rendered = cache.render("implementer.j2", CONTEXT)
     assert "task T1: do it" in rendered.text and "resolved by: faster" in rendered.text
-    assert rendered.content_hash == cache.content_hash("implementer.j2") and len(rendered.content_hash) == 16
+    assert (rendered.content_hash == cache.content_hash("implementer.j2")
+            and len(rendered.content_hash) == 16)
     stats = {s.name: s for s in cache.stats()}
     assert stats["implementer.j2"].renders == 1
 
@@ -55,7 +58,8 @@ def test_missing_variable_is_a_clear_error():
     cache = TemplateCache()
     cache.load()
     with pytest.raises(TemplateRenderError) as caught:
-        cache.render("implementer.j2", {"task": {"id": "T1"}, "board": {"base": "main"}, "lessons": []})
+        cache.render("implementer.j2",
+                     {"task": {"id": "T1"}, "board": {"base": "main"}, "lessons": []})
     assert "implementer.j2" in str(caught.value) and "scope" in str(caught.value)
 
 
@@ -72,7 +76,8 @@ def test_inline_templates_are_sandboxed_and_bounded():
 
 
 async def test_broken_template_stops_plugin_worker_start(client, task_queue, tmp_path: Path):
-    settings = TaskfleetSettings(state_dir=tmp_path / "state", templates_dir=broken_templates(tmp_path))
+    settings = TaskfleetSettings(state_dir=tmp_path / "state",
+                                 templates_dir=broken_templates(tmp_path))
     worker = Worker(client, task_queue=task_queue, plugins=[TaskfleetPlugin(settings)])
     with pytest.raises(TemplateLoadError) as caught:
         await asyncio.wait_for(worker.run(), 30)
@@ -81,7 +86,8 @@ async def test_broken_template_stops_plugin_worker_start(client, task_queue, tmp
 
 def test_broken_template_stops_worker_py_with_one_line(server_address: str, tmp_path: Path):
     proc = subprocess.run(
-        python_cmd(str(ROOT / "worker.py"), "--address", server_address, "--state-dir", str(tmp_path / "s")),
+        python_cmd(str(ROOT / "worker.py"), "--address", server_address, "--state-dir",
+                   str(tmp_path / "s")),
         cwd=ROOT, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
         env={**os.environ, "TASKFLEET_TEMPLATES_DIR": str(broken_templates(tmp_path))},
     )
@@ -93,7 +99,8 @@ def test_broken_template_stops_worker_py_with_one_line(server_address: str, tmp_
 
 async def test_inline_template_with_a_huge_loop_is_stopped_off_the_event_loop():
     """A board's inline template that loops for ages renders on its own thread;
-    the event loop keeps running meanwhile, and the render is stopped at the limit with a clear error."""
+    the event loop keeps running meanwhile, and the render is stopped at the limit
+    with a clear error."""
     import threading
     import time
 
@@ -101,7 +108,8 @@ async def test_inline_template_with_a_huge_loop_is_stopped_off_the_event_loop():
 
     cache = TemplateCache()
     cache.load()
-    source = "{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}{{ task.id }}"
+    source = ("{% for a in range(99999) %}{% for b in range(99999) %}{% endfor %}{% endfor %}"
+              "{{ task.id }}")
     ticks: list[float] = []
     stop = asyncio.Event()
 

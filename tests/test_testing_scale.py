@@ -1,4 +1,5 @@
-"""The scale harness's history inspector, on a real server: every run of a chain, its largest payload."""
+"""The scale harness's history inspector, on a real server: every run of a chain,
+its largest payload."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ class ChainOfBlobs:
         return len(blob)
 
 
-async def test_history_figures_follow_the_chain_and_find_the_largest_payload(client, make_worker, task_queue):
+async def test_history_figures_follow_the_chain_and_find_the_largest_payload(
+        client, make_worker, task_queue):
     blob = "x" * 100_000
     async with make_worker(workflows=[ChainOfBlobs]):
-        handle = await client.start_workflow("ChainOfBlobs", args=[blob, 2], id=f"chain-{task_queue}", task_queue=task_queue)
+        handle = await client.start_workflow("ChainOfBlobs", args=[blob, 2],
+                                             id=f"chain-{task_queue}", task_queue=task_queue)
         assert await handle.result() == 100_000
     figures = await history_figures(client, handle.id)
     assert len(figures.runs) == 3
@@ -33,4 +36,5 @@ async def test_history_figures_follow_the_chain_and_find_the_largest_payload(cli
         assert 100_002 <= run.largest_payload_bytes < 100_200, run
         assert run.events >= 5 and run.bytes > run.largest_payload_bytes
     assert "WORKFLOW_EXECUTION_STARTED" in first.largest_payload_event
-    assert figures.as_dict()["runs"] == 3 and figures.largest_payload_bytes == max(r.largest_payload_bytes for r in figures.runs)
+    assert (figures.as_dict()["runs"] == 3
+            and figures.largest_payload_bytes == max(r.largest_payload_bytes for r in figures.runs))

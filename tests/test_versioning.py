@@ -40,8 +40,8 @@ async def make_current(server_address: str, deployment: str, build_id: str) -> N
     """set-current-version, retried until the server has seen the version's workers poll."""
 
     async def set_current() -> None:
-        done = deployment_cli(server_address, "set-current-version", "--deployment-name", deployment,
-                              "--build-id", build_id, "--yes")
+        done = deployment_cli(server_address, "set-current-version", "--deployment-name",
+                              deployment, "--build-id", build_id, "--yes")
         assert done.returncode == 0, done.stderr + done.stdout
 
     await eventually(set_current, timeout=60, interval=0.5)
@@ -58,8 +58,8 @@ async def versioning_info(handle):
     return (await handle.describe()).raw_description.workflow_execution_info.versioning_info
 
 
-async def test_running_board_stays_on_v1_new_board_runs_on_v2(tmp_path: Path, server_address: str, task_queue: str,
-                                                               git_remote):
+async def test_running_board_stays_on_v1_new_board_runs_on_v2(
+        tmp_path: Path, server_address: str, task_queue: str, git_remote):
     deployment = f"taskfleet-{uuid.uuid4().hex[:8]}"
     gate, started = tmp_path / "gate", tmp_path / "started"
     started.mkdir()
@@ -76,7 +76,8 @@ async def test_running_board_stays_on_v1_new_board_runs_on_v2(tmp_path: Path, se
         await workers[0].wait_started()
         assert f"deployment_version={deployment}.v1" in workers[0].output()
         await make_current(server_address, deployment, "v1")
-        old = await start_board(client, gated_board("old", gate, started), str(git_remote.clone), task_queue=task_queue)
+        old = await start_board(client, gated_board("old", gate, started), str(git_remote.clone),
+                                task_queue=task_queue)
 
         async def tasks_started(*ids: str) -> None:
             assert {p.name for p in started.iterdir()} >= set(ids)
@@ -89,7 +90,8 @@ async def test_running_board_stays_on_v1_new_board_runs_on_v2(tmp_path: Path, se
         described = deployment_cli(server_address, "describe", "--name", deployment)
         assert described.returncode == 0 and "v2" in described.stdout, described.stderr
 
-        new = await start_board(client, gated_board("new", gate, started), str(git_remote.clone), task_queue=task_queue)
+        new = await start_board(client, gated_board("new", gate, started), str(git_remote.clone),
+                                task_queue=task_queue)
         await eventually(lambda: tasks_started("new0", "new1"), timeout=60)
         gate.touch()
         old_result, new_result = await old.result(), await new.result()
@@ -97,28 +99,30 @@ async def test_running_board_stays_on_v1_new_board_runs_on_v2(tmp_path: Path, se
         for result, build_id in ((old_result, "v1"), (new_result, "v2")):
             assert [t.status for t in result.tasks] == ["succeeded", "succeeded"], result.tasks
             for task in result.tasks:
-                assert Path(task.log_path).is_relative_to(states[build_id]), (task.id, task.log_path)
+                assert Path(task.log_path).is_relative_to(states[build_id]), (
+                    task.id, task.log_path)
         for handle, build_id in ((old, "v1"), (new, "v2")):
             info = await versioning_info(handle)
             assert info.behavior == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED
-            assert (info.deployment_version.deployment_name, info.deployment_version.build_id) == (deployment, build_id)
+            assert (info.deployment_version.deployment_name,
+                    info.deployment_version.build_id) == (deployment, build_id)
     finally:
         for w in workers:
             if w.proc.poll() is None:
                 w.interrupt()
 
 
-async def test_declared_behaviors_do_not_break_an_unversioned_worker(client, make_worker, task_queue):
+async def test_declared_behaviors_do_not_break_an_unversioned_worker(
+        client, make_worker, task_queue):
     """The SDK sends a defn's versioning behavior with every completion and the server refuses it
     from an unversioned worker; the plugin clears it there (taskfleet/versioning.py)."""
     declared = {cls: _Definition.must_from_class(cls).versioning_behavior
                 for cls in (OrchestratorWorkflow, GitBatchWorkflow, LessonsQueryWorkflow)}
-    assert declared == {OrchestratorWorkflow: DeclaredBehavior.PINNED, GitBatchWorkflow: DeclaredBehavior.AUTO_UPGRADE,
+    assert declared == {OrchestratorWorkflow: DeclaredBehavior.PINNED,
+                        GitBatchWorkflow: DeclaredBehavior.AUTO_UPGRADE,
                         LessonsQueryWorkflow: DeclaredBehavior.AUTO_UPGRADE}
     async with make_worker():
-        answer = await asyncio.wait_for(
-            client.execute_workflow(LESSONS_QUERY_WORKFLOW, None, id=f"lessons-{uuid.uuid4().hex[:8]}",
-                                    task_queue=task_queue, result_type=LessonsAnswer),
-            timeout=30,
-        )
+        answer = await asyncio.wait_for(client.execute_workflow(
+            LESSONS_QUERY_WORKFLOW, None, id=f"lessons-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue, result_type=LessonsAnswer), timeout=30)
     assert answer.stats is not None

@@ -28,8 +28,8 @@ def tree_git_would_stage(worktree: Path, base: str, tmp: Path) -> str:
     env = {**os.environ, "GIT_INDEX_FILE": str(tmp / "expected-index")}
     subprocess.run(["git", "read-tree", base], cwd=worktree, env=env, check=True)
     subprocess.run(["git", "add", "-A"], cwd=worktree, env=env, check=True)
-    return subprocess.run(["git", "write-tree"], cwd=worktree, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(["git", "write-tree"], cwd=worktree, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
 
 
 def seed(fx: GitRemoteFixture) -> str:
@@ -39,7 +39,7 @@ def seed(fx: GitRemoteFixture) -> str:
         echo a > lib/a.py; echo b > lib/deep/b.py; echo run > bin/tool; echo x > gone/x; echo y > gone/y
         printf '__pycache__/\\n*.log\\n' > .gitignore
         ln -s lib/a.py link
-    """)
+    """)  # noqa: E501 (a script's text)
     git(clone, "add", "-A")
     git(clone, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "layout")
     return git(clone, "rev-parse", "HEAD")
@@ -57,8 +57,8 @@ async def test_the_commit_is_what_git_add_would_stage_and_the_scrub_restores_onl
     pool = WorktreePool(tmp_path / "slots", "p1")
     worktree = await pool.take(str(git_remote.clone), "task/T1", base)
     assert worktree.slot.watch is not None
-    # The implementer: an edit, a deletion, a folder deleted, an exec bit, a symlink retargeted, files in
-    # new folders, an ignored new file, a file replaced by a folder.
+    # The implementer: an edit, a deletion, a folder deleted, an exec bit, a symlink retargeted,
+    # files in new folders, an ignored new file, a file replaced by a folder.
     sh(worktree.path, """
         echo changed >> lib/a.py
         rm lib/deep/b.py
@@ -73,7 +73,8 @@ async def test_the_commit_is_what_git_add_would_stage_and_the_scrub_restores_onl
     assert await pool.snapshot(worktree)
     assert worktree.tree == expected
     # Verification leaves bytecode behind and even edits a tracked file: none of it is committed.
-    sh(worktree.path, "mkdir -p lib/__pycache__; echo pyc > lib/__pycache__/a.pyc; echo verify >> shared.txt")
+    sh(worktree.path,
+       "mkdir -p lib/__pycache__; echo pyc > lib/__pycache__/a.pyc; echo verify >> shared.txt")
     commit = commit_tree(worktree.path, "task/T1", base, worktree.tree, MESSAGE)
     assert git(git_remote.clone, "rev-parse", "task/T1") == commit
     assert git(git_remote.clone, "rev-parse", f"{commit}^") == base
@@ -91,7 +92,8 @@ async def test_the_commit_is_what_git_add_would_stage_and_the_scrub_restores_onl
     await drained(pool)
     slot = worktree.slot
     # Put back by paths: the index was never rewritten, and the slot is exactly the base again.
-    assert (Path(git(slot.path, "rev-parse", "--git-dir")) / "index").stat().st_mtime_ns == index_before
+    assert ((Path(git(slot.path, "rev-parse", "--git-dir")) / "index").stat().st_mtime_ns
+            == index_before)
     assert git(slot.path, "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
     assert git(slot.path, "rev-parse", "HEAD") == base
     assert os.readlink(slot.path / "link") == "lib/a.py"
@@ -116,7 +118,8 @@ async def test_the_executor_s_own_commits_are_kept_and_a_head_without_the_base_i
     assert await pool.snapshot(worktree)
     commit = commit_tree(worktree.path, "task/T1", base, worktree.tree, MESSAGE)
     assert git(git_remote.clone, "rev-parse", f"{commit}^") == own
-    assert set(git(git_remote.clone, "ls-tree", "--name-only", commit).split()) >= {"own.txt", "after.txt"}
+    assert set(git(git_remote.clone, "ls-tree", "--name-only", commit).split()) >= {
+        "own.txt", "after.txt"}
     pool.give_back(worktree)  # the executor wrote the index: a full scrub
     await drained(pool)
     assert git(worktree.slot.path, "status", "--porcelain", "--ignored") == ""
@@ -124,7 +127,8 @@ async def test_the_executor_s_own_commits_are_kept_and_a_head_without_the_base_i
     worktree = await pool.take(str(git_remote.clone), "task/T3", base)
     sh(worktree.path, "git checkout -q --orphan elsewhere; git rm -rq --cached .; echo z > z.txt")
     assert await pool.snapshot(worktree)
-    git(worktree.path, "-c", "user.name=a", "-c", "user.email=a@a", "commit", "-qm", "unrelated", "--allow-empty")
+    git(worktree.path, "-c", "user.name=a", "-c", "user.email=a@a", "commit", "-qm", "unrelated",
+        "--allow-empty")
     with pytest.raises(CommitRefused, match="does not contain the base"):
         commit_tree(worktree.path, "task/T3", base, worktree.tree, MESSAGE)
     assert git(git_remote.clone, "rev-parse", "task/T3") == base

@@ -1,4 +1,5 @@
-"""`python worker.py`: --dev starts or reuses the embedded server, stops cleanly, and bad config is one line."""
+"""`python worker.py`: --dev starts or reuses the embedded server, stops cleanly,
+and bad config is one line."""
 
 from __future__ import annotations
 
@@ -36,12 +37,14 @@ def processes_mentioning(text: str) -> list[str]:
 async def test_dev_worker_starts_server_second_reuses_it_and_ctrl_c_leaves_nothing(tmp_path: Path):
     port, ui_port = free_port(), free_port()
     state = tmp_path / "state"
-    args = ("--dev", "--address", f"127.0.0.1:{port}", "--ui-port", str(ui_port), "--state-dir", str(state))
+    args = ("--dev", "--address", f"127.0.0.1:{port}", "--ui-port", str(ui_port),
+            "--state-dir", str(state))
     first = WorkerProcess(*args, "--task-queue", "first", log=tmp_path / "first.log")
     await first.wait_started()
     assert "started the embedded dev server" in first.output()
     assert f"ui=http://localhost:{ui_port}" in first.output()
-    assert (state / "temporal.db").exists(), "the dev server should persist to SQLite in the state dir"
+    assert (state / "temporal.db").exists(), (
+        "the dev server should persist to SQLite in the state dir")
 
     second = WorkerProcess(*args, "--task-queue", "second", log=tmp_path / "second.log")
     await second.wait_started()
@@ -50,14 +53,14 @@ async def test_dev_worker_starts_server_second_reuses_it_and_ctrl_c_leaves_nothi
 
     # The worker really serves: ask the second worker's lessons index through its queue.
     client = await Client.connect(f"127.0.0.1:{port}")
-    answer = await client.execute_workflow(
-        LESSONS_QUERY_WORKFLOW, None, id="dev-lessons", task_queue="second", result_type=LessonsAnswer
-    )
+    answer = await client.execute_workflow(LESSONS_QUERY_WORKFLOW, None, id="dev-lessons",
+                                           task_queue="second", result_type=LessonsAnswer)
     assert answer.stats.path == str(state / "lessons.jsonl")
 
     assert second.interrupt() == 0
     assert "stopped" in second.output()
-    assert port_is_open("127.0.0.1", port), "the second worker must not stop a server it did not start"
+    assert port_is_open("127.0.0.1", port), (
+        "the second worker must not stop a server it did not start")
     assert first.interrupt() == 0
     assert processes_mentioning(str(state / "temporal.db")) == []
     assert not port_is_open("127.0.0.1", port)
@@ -103,11 +106,9 @@ def test_unreachable_address_is_one_line():
 
 def test_bad_tls_file_is_one_line(tmp_path: Path):
     missing = tmp_path / "missing-cert.pem"
-    line = run_worker_expecting_failure(
-        "--address",
-        "127.0.0.1:7233",
-        env={"TEMPORAL_TLS_CLIENT_CERT_PATH": str(missing), "TEMPORAL_TLS_CLIENT_KEY_PATH": str(missing)},
-    )
+    line = run_worker_expecting_failure("--address", "127.0.0.1:7233",
+                                        env={"TEMPORAL_TLS_CLIENT_CERT_PATH": str(missing),
+                                             "TEMPORAL_TLS_CLIENT_KEY_PATH": str(missing)})
     assert "bad Temporal client configuration" in line and "missing-cert.pem" in line
 
 
@@ -131,7 +132,8 @@ def test_port_taken_by_something_else_is_one_line(tmp_path: Path):
     thread = threading.Thread(target=answer_garbage, daemon=True)
     thread.start()
     try:
-        line = run_worker_expecting_failure("--dev", "--address", f"127.0.0.1:{port}", "--state-dir", str(tmp_path))
+        line = run_worker_expecting_failure("--dev", "--address", f"127.0.0.1:{port}",
+                                            "--state-dir", str(tmp_path))
     finally:
         stop.set()
         thread.join()
@@ -145,7 +147,8 @@ def test_bad_activity_slots_is_one_line(value: str):
     assert "TASKFLEET_MAX_CONCURRENT_ACTIVITIES" in line or "at least 1" in line
 
 
-async def test_sigterm_during_a_start_that_then_fails_exits(tmp_path: Path, server_address: str, task_queue: str):
+async def test_sigterm_during_a_start_that_then_fails_exits(tmp_path: Path, server_address: str,
+                                                            task_queue: str):
     """SIGTERM while the plugin's services start, then the start fails: the worker
     exits (the SDK only marks a shutdown complete once polling began, so waiting for it hung).
 
@@ -157,8 +160,8 @@ async def test_sigterm_during_a_start_that_then_fails_exits(tmp_path: Path, serv
     state.mkdir()
     os.mkfifo(state / "lessons.jsonl")
     (state / "result-cache.sqlite").mkdir()
-    worker = WorkerProcess("--address", server_address, "--task-queue", task_queue, "--state-dir", str(state),
-                           log=tmp_path / "w.log")
+    worker = WorkerProcess("--address", server_address, "--task-queue", task_queue, "--state-dir",
+                           str(state), log=tmp_path / "w.log")
     try:
         await worker.wait_started()
         worker.proc.send_signal(signal.SIGTERM)
@@ -167,7 +170,8 @@ async def test_sigterm_during_a_start_that_then_fails_exits(tmp_path: Path, serv
             assert "shutting down" in worker.output()
 
         await eventually(shutting_down)
-        with open(state / "lessons.jsonl", "w") as fifo:  # the load reads an empty file, then the start fails
+        # the load reads an empty file, then the start fails
+        with open(state / "lessons.jsonl", "w") as fifo:
             fifo.write("")
         assert worker.proc.wait(timeout=30) == 0
         assert "error while stopping" in worker.output()

@@ -36,7 +36,8 @@ def test_point_branch_is_what_update_ref_and_symbolic_ref_would_leave(git_remote
     git(path, "add", "-A")
     git(path, "commit", "-qm", "work")
     assert git(fx.clone, "rev-parse", "task/T2.1^") == base
-    # Pointing it again (the next task on the same branch) overwrites the loose ref, also when packed.
+    # Pointing it again (the next task on the same branch) overwrites the loose ref, also when
+    # packed.
     git(fx.clone, "pack-refs", "--all")
     point_branch(path, "task/T2.1", base)
     assert git(fx.clone, "rev-parse", "task/T2.1") == base
@@ -66,7 +67,8 @@ def test_unusual_refs_are_refused_so_git_decides(git_remote: GitRemoteFixture):
     assert git(path, "rev-parse", "--abbrev-ref", "HEAD") == "HEAD"  # nothing moved
 
 
-def test_a_name_that_clashes_with_a_packed_branch_is_refused_as_git_refuses_it(git_remote: GitRemoteFixture):
+def test_a_name_that_clashes_with_a_packed_branch_is_refused_as_git_refuses_it(
+        git_remote: GitRemoteFixture):
     """`task` against a packed `task/a` (or the reverse): git refuses the pair, and a clone holding
     both can be neither cloned nor pushed whole; the in-process write must refuse it too."""
     fx = git_remote
@@ -83,7 +85,8 @@ def test_a_name_that_clashes_with_a_packed_branch_is_refused_as_git_refuses_it(g
     assert "refs/heads/task" not in refs and "refs/heads/solo/b" not in refs
 
 
-def test_a_branch_checked_out_by_a_person_is_found_but_a_slot_s_is_not(git_remote: GitRemoteFixture):
+def test_a_branch_checked_out_by_a_person_is_found_but_a_slot_s_is_not(
+        git_remote: GitRemoteFixture):
     from taskfleet.activities.git.worktree_refs import checked_out_elsewhere
 
     fx = git_remote
@@ -94,8 +97,9 @@ def test_a_branch_checked_out_by_a_person_is_found_but_a_slot_s_is_not(git_remot
     other = fx.clone.parent / "slots" / "theirs"
     git(fx.clone, "worktree", "add", "-q", "-b", "task/person", str(other), base)
     assert checked_out_elsewhere(path, "task/person") == str(other)
-    pod_slot = fx.clone.parent / "slots" / "w-pod"  # another pod's slot, between a task and its scrub
-    git(fx.clone, "worktree", "add", "-q", "--lock", "--reason", "taskfleet pod=p1", "-b", "task/slot",
-        str(pod_slot), base)
+    # another pod's slot, between a task and its scrub
+    pod_slot = fx.clone.parent / "slots" / "w-pod"
+    git(fx.clone, "worktree", "add", "-q", "--lock", "--reason", "taskfleet pod=p1", "-b",
+        "task/slot", str(pod_slot), base)
     assert checked_out_elsewhere(path, "task/slot") == ""
     assert checked_out_elsewhere(path, "task/nobody") == ""

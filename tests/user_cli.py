@@ -1,4 +1,5 @@
-"""The `taskfleet` console script run as a user runs it: a subprocess, from a folder outside the project."""
+"""The `taskfleet` console script run as a user runs it: a subprocess,
+from a folder outside the project."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ async def taskfleet(
 
 
 def assert_one_line_refusal(done: subprocess.CompletedProcess, *fragments: str) -> str:
-    """Exit code 2, nothing on stdout, exactly one line on stderr naming each fragment; no traceback."""
+    """Exit code 2, nothing on stdout, exactly one line on stderr naming each fragment;
+    no traceback."""
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
@@ -51,8 +53,8 @@ class LiveProcess:
     async def start(cls, address: str, *args: str, cwd: Path, task_queue: str) -> "LiveProcess":
         proc = await asyncio.create_subprocess_exec(
             TASKFLEET, "--address", address, "--task-queue", task_queue, *args, cwd=cwd,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         return cls(proc)
 
