@@ -160,8 +160,8 @@ def git_work_floor(root: Path, n: int) -> dict:
     """What a with-worktrees task must do and a task without one does not, timed alone (one git
     process at a time, no run in flight): `git add -A` + `git commit` of one new file in its own
     worktree, and one push of the n task branches to a bare remote. No scheduling can make a
-    with-worktrees run cheaper than this on this machine: the figures bound the with/without
-    ratio."""
+    with-worktrees run cheaper than this on this machine:
+    the figures bound the with/without ratio."""
     fx = make_git_remote(root)
     branches = [f"floor/t{i}" for i in range(n)]
     trees = [root / f"wt{i}" for i in range(n)]
