@@ -8,10 +8,10 @@ import time
 
 from git import PushInfo, Repo
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
-from taskfleet.activities.git.git_op_application import Applied, OpFailed, apply_batch, ref_commit
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.activities.git.git_op_application import Applied, OpFailed, apply_batch, ref_commit
 from taskfleet.core.git_objects import resolve
 from taskfleet.core.models.git_batch import (
     OUTCOME_FAILED,

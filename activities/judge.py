@@ -13,18 +13,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from taskfleet.activities.services.lessons_index import normalize_pattern
-from taskfleet.activities.services.result_cache import cache_key
-from taskfleet.activities.services.template_cache import TemplateRenderError
-from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
-from taskfleet.activities.git.worktrees import BranchCheckedOut
-from taskfleet.activities.model_role import ModelRole
-from taskfleet.activities.llm_api import submit_request
-from taskfleet.activities.model_io.stored_calls import stored_edits, stored_task, tool_input
-from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.activities.git.worktrees import BranchCheckedOut
+from taskfleet.activities.llm_api import submit_request
+from taskfleet.activities.model_io.stored_calls import stored_edits, stored_task, tool_input
+from taskfleet.activities.model_role import ModelRole
+from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
+from taskfleet.activities.services.lessons_index import normalize_pattern
+from taskfleet.activities.services.result_cache import cache_key
+from taskfleet.activities.services.template_cache import TemplateRenderError
+from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
 from taskfleet.core.ids import slug
 from taskfleet.core.models.judge import (
     JUDGE_BY_COMMAND,

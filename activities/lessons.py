@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import fields
 
-from taskfleet.activities.services.lessons_index import MAX_LIMIT, LessonsIndex, _timestamp
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.activities.services.lessons_index import MAX_LIMIT, LessonsIndex, _timestamp
 from taskfleet.core.models.lessons import (
     Lesson,
     LessonMatch,

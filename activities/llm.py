@@ -13,30 +13,30 @@ from pathlib import Path
 from typing import Any
 
 from git import Repo
-from taskfleet.activities.services.result_cache import cache_key
-from taskfleet.activities.git.work_commit import commit_tree
-from taskfleet.activities.processes.executor import tail
-from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, task_key
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from taskfleet.activities.git.git_op_application import OpFailed, commit_env
+from taskfleet.activities.git.queue_entry import base_commit_of
+from taskfleet.activities.git.work_commit import commit_tree
+from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, Worktree
+from taskfleet.activities.llm_api import submit_request
 from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
+from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.model_io.stored_calls import (
     EDITS_TOOL,
     store_task,
     stored_edits,
     stored_task,
 )
-from taskfleet.activities.llm_api import submit_request
-from taskfleet.activities.git.queue_entry import base_commit_of
-from taskfleet.activities.model_io.repo_files import RepoReadError, base_commit, context_files
 from taskfleet.activities.model_io.task_prompt import render_task_prompt
-from taskfleet.activities.git.worktrees import RUN_TRAILER, TASK_TRAILER, BranchCheckedOut, Worktree
 from taskfleet.activities.model_role import ModelRole
+from taskfleet.activities.processes.executor import tail
 from taskfleet.activities.processes.executor_policy import task_env_problem
+from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, task_key
+from taskfleet.activities.services.result_cache import cache_key
 from taskfleet.activities.task_landing import submit_landing
 from taskfleet.activities.task_runner import needs_a_person, report_stage, task_file_stem
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
-
 from taskfleet.core.ids import slug
 from taskfleet.core.models.lessons import Lesson
 from taskfleet.core.models.llm import ApplyInput, FailureInput, PreparedRequest, SubmitInput

@@ -17,7 +17,6 @@ from temporalio.exceptions import ApplicationError
 from taskfleet.activities.model_io.payload_store import PayloadStore, PayloadStoreError
 from taskfleet.activities.model_io.stored_calls import request_params, stored_params, stored_reply
 from taskfleet.core.llm_settings import LLMSettings
-from taskfleet.core.models.payload import compact
 from taskfleet.core.models.llm import (
     REPLY_ERRORED,
     REPLY_FAILED,
@@ -32,6 +31,7 @@ from taskfleet.core.models.llm import (
     PollBatchOutput,
     SubmitInput,
 )
+from taskfleet.core.models.payload import compact
 from taskfleet.core.names import (
     ACTIVITY_LLM_CALL_DIRECT,
     ACTIVITY_LLM_CREATE_BATCH,

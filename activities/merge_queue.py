@@ -11,14 +11,14 @@ import asyncio
 import os
 from typing import Any
 
-from taskfleet.activities.processes.executor import tail
-from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
-from taskfleet.activities.git.git_async import GitError
-from taskfleet.activities.workspace import Workspace
-from taskfleet.activities.git.merge_chain import build_chain, cas_push
-from taskfleet.activities.task_runner import needs_a_person
 from temporalio import activity
 
+from taskfleet.activities.git.git_async import GitError
+from taskfleet.activities.git.merge_chain import build_chain, cas_push
+from taskfleet.activities.processes.executor import tail
+from taskfleet.activities.processes.executor_records import no_detached_git_maintenance
+from taskfleet.activities.task_runner import needs_a_person
+from taskfleet.activities.workspace import Workspace
 from taskfleet.core.ids import slug
 from taskfleet.core.models.merge_queue import (
     BuildInput,

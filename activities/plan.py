@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from git import Repo
-from taskfleet.activities.services.lessons_index import LessonsIndex
-from taskfleet.activities.services.result_cache import cache_key
-from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from taskfleet.activities.model_io.payload_store import PayloadStore
 from taskfleet.activities.model_io.repo_files import (
     RepoReadError,
@@ -19,9 +19,9 @@ from taskfleet.activities.model_io.repo_files import (
     listed,
 )
 from taskfleet.activities.model_io.stored_calls import tool_input
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
-
+from taskfleet.activities.services.lessons_index import LessonsIndex
+from taskfleet.activities.services.result_cache import cache_key
+from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.models.lessons import LessonQuery
 from taskfleet.core.models.payload import compact

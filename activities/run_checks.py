@@ -10,19 +10,23 @@ import os
 import time
 from pathlib import Path
 
-from taskfleet.activities.git.branch_claims import BranchClaims, BranchesHeld, NotAClone
-from taskfleet.activities.pods.fence import Fence
-from taskfleet.activities.pods.lease import LeaseLock, NoWorker
-from taskfleet.activities.processes.executor_policy import task_env_problem
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from taskfleet.activities.git.branch_claims import BranchClaims, BranchesHeld, NotAClone
+from taskfleet.activities.pods.fence import Fence
+from taskfleet.activities.pods.lease import LeaseLock, NoWorker
+from taskfleet.activities.processes.executor_policy import task_env_problem
 from taskfleet.core.default_branch import default_branch
 from taskfleet.core.models.merge_queue import DefaultBranchInput
 from taskfleet.core.models.orchestrator import BranchClaim, TaskEnvCheck
-from taskfleet.core.names import ACTIVITY_CHECK_TASK_ENV, ACTIVITY_CLAIM_BRANCHES, ACTIVITY_DEFAULT_BRANCH
+from taskfleet.core.names import (
+    ACTIVITY_CHECK_TASK_ENV,
+    ACTIVITY_CLAIM_BRANCHES,
+    ACTIVITY_DEFAULT_BRANCH,
+)
 from taskfleet.core.settings import TaskfleetSettings
 
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from git import Repo
+
 from taskfleet.activities.git.git_async import Heartbeat, _nothing, git, git_run
 from taskfleet.activities.git.git_op_application import OpFailed, commit_env
 from taskfleet.activities.git.work_commit import CommitRefused

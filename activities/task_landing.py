@@ -5,10 +5,10 @@ run and the task, so a retried submit is kept once."""
 
 from __future__ import annotations
 
-from taskfleet.activities.git.landing_outbox import outbox
-from taskfleet.activities.git.queue_entry import submit_to_queue
 from temporalio import activity
 
+from taskfleet.activities.git.landing_outbox import outbox
+from taskfleet.activities.git.queue_entry import submit_to_queue
 from taskfleet.core.ids import landing_op_id
 from taskfleet.core.models.git_batch import GitBatchConfig, GitOp
 from taskfleet.core.models.orchestrator import TaskInput, TaskResult

@@ -11,30 +11,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
-from taskfleet.activities.services.lessons_index import LessonsIndex
-from taskfleet.activities.services.result_cache import ResultCache, cache_key
-from taskfleet.activities.services.template_cache import TemplateCache
-from taskfleet.activities.processes.executor import CommandResult, tail
-from taskfleet.activities.processes.executor_policy import task_env_problem
-from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, task_key
-from taskfleet.activities.git.git_async import GitError, git
-from taskfleet.activities.git.git_op_application import OpFailed
-from taskfleet.activities.git.queue_entry import base_commit_of, queue_env
-from taskfleet.activities.pods.shared_clone import is_lock_contention
-from taskfleet.activities.model_io.task_prompt import render_task_prompt
-from taskfleet.activities.git.work_commit import CommitRefused, commit_tree
-from taskfleet.activities.git.worktrees import BranchCheckedOut, Worktree
-from taskfleet.activities.task_commits import TreeIds, commit_from_cache, commit_work, task_message
-from taskfleet.activities.task_landing import submit_landing
-from taskfleet.activities.workspace import Workspace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.activities.git.git_async import GitError, git
+from taskfleet.activities.git.git_op_application import OpFailed
+from taskfleet.activities.git.queue_entry import base_commit_of, queue_env
+from taskfleet.activities.git.work_commit import CommitRefused, commit_tree
+from taskfleet.activities.git.worktrees import BranchCheckedOut, Worktree
+from taskfleet.activities.model_io.task_prompt import render_task_prompt
+from taskfleet.activities.pods.shared_clone import is_lock_contention
+from taskfleet.activities.processes.executor import CommandResult, tail
+from taskfleet.activities.processes.executor_policy import task_env_problem
+from taskfleet.activities.processes.executor_records import TASK_KEY_VARIABLE, task_key
+from taskfleet.activities.services.lessons_index import LessonsIndex
+from taskfleet.activities.services.result_cache import ResultCache, cache_key
+from taskfleet.activities.services.template_cache import TemplateCache
+from taskfleet.activities.task_commits import TreeIds, commit_from_cache, commit_work, task_message
+from taskfleet.activities.task_landing import submit_landing
+from taskfleet.activities.workspace import Workspace
 from taskfleet.core.agent_usage import USAGE_FILE_MAX_BYTES, parse_usage_report
 from taskfleet.core.ids import slug
+from taskfleet.core.models.judge import LandInput
 from taskfleet.core.models.lessons import Lesson
 from taskfleet.core.models.orchestrator import TASK_FAILED, TASK_SUCCEEDED, TaskInput, TaskResult
-from taskfleet.core.models.judge import LandInput
 from taskfleet.core.models.review import STAGE_VERIFYING, TaskStage
 from taskfleet.core.names import ACTIVITY_LAND_TASK, ACTIVITY_RUN_TASK, SIGNAL_TASK_STAGE
 from taskfleet.core.settings import TaskfleetSettings

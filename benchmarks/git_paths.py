@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 import pygit2  # noqa: E402
 from common import emit  # noqa: E402
+
 from taskfleet.activities.git.slot_watch import SlotWatch  # noqa: E402
 from taskfleet.activities.git.work_commit import restore_paths, snapshot  # noqa: E402
 from taskfleet.activities.git.worktree_refs import detach_head, point_branch  # noqa: E402
-
 from taskfleet.core.git_objects import compare_and_swap, object_reader, open_repository  # noqa: E402
 from taskfleet.testing import make_git_remote  # noqa: E402
 

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from common import emit
-from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern, tokenize
 
+from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern, tokenize
 from taskfleet.core.models.lessons import LessonQuery
 
 TASK_TYPES = [f"task_{i}" for i in range(40)]

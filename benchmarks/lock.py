@@ -22,10 +22,10 @@ import uuid
 from pathlib import Path
 
 from common import emit, run, run_board, temporal_worker
-from taskfleet.activities.pods.lease import LeaseLock
-from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 
+from taskfleet.activities.pods.lease import LeaseLock
 from taskfleet.plugin import WORKFLOWS
+from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 
 TASK_QUEUE = "bench-lock"
 

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 from common import ROOT, emit, run
+
 from taskfleet.activities.processes.executor import run_command
 from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using_policy
 from taskfleet.activities.processes.process_trees import (
@@ -34,7 +35,6 @@ from taskfleet.activities.processes.process_trees import (
     ProcessTreesUnavailable,
     detect,
 )
-
 from taskfleet.core.task_env import TaskEnvironment
 
 FAKE_WORKER = """

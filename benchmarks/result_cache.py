@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from common import emit, run
+
 from taskfleet.activities.processes.executor import run_command
 from taskfleet.activities.services.result_cache import ResultCache, cache_key
 

@@ -8,6 +8,7 @@ import time
 
 import jinja2
 from common import emit
+
 from taskfleet.activities.services.template_cache import DEFAULT_TEMPLATES_DIR, TemplateCache
 
 

@@ -28,22 +28,22 @@ from taskfleet.activities.llm_api import LLMApiActivities
 from taskfleet.activities.merge_queue import MergeQueueActivities
 from taskfleet.activities.model_io.payload_store import payload_store
 from taskfleet.activities.plan import PlanActivities
+from taskfleet.activities.pods.presence import WorkerPresence
+from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using_policy
+from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE
+from taskfleet.activities.processes.process_trees import ProcessTreesUnavailable, Watchdog, detect
+from taskfleet.activities.run_checks import RunCheckActivities
 from taskfleet.activities.services.lessons_journals import lessons_index_for
 from taskfleet.activities.services.result_cache import ResultCache
 from taskfleet.activities.services.template_cache import TemplateCache
 from taskfleet.activities.task_group import TaskGroupActivities
-from taskfleet.activities.processes.executor_policy import ExecutorPolicy, using_policy
-from taskfleet.activities.processes.executor_records import TOKEN_VARIABLE
-from taskfleet.activities.pods.presence import WorkerPresence
-from taskfleet.activities.processes.process_trees import ProcessTreesUnavailable, Watchdog, detect
-from taskfleet.activities.run_checks import RunCheckActivities
 from taskfleet.activities.task_runner import TaskActivities
 from taskfleet.activities.workspace import Workspace
+from taskfleet.coordination import coordination_worker
 from taskfleet.core.errors import StartupError
 from taskfleet.core.llm_settings import LLMSettings
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.core.task_env import TaskEnvironment
-from taskfleet.coordination import coordination_worker
 from taskfleet.workflows.git_batcher import GitBatchWorkflow
 from taskfleet.workflows.judge.workflow import JudgeWorkflow
 from taskfleet.workflows.lease_lock import LeaseLockWorkflow

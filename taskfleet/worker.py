@@ -18,7 +18,6 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import taskfleet
-
 from taskfleet.clients.connection import (
     StartupError,
     connect,

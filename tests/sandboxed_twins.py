@@ -6,10 +6,11 @@ refuses wall-clock time, randomness, I/O and restricted imports in workflow code
 
 from __future__ import annotations
 
+from temporalio import workflow
+
 # Imported inside the sandbox (not passed through), so the workflow module's own names are the
 # sandbox's restricted ones.
 from taskfleet.workflows.orchestrator import OrchestratorWorkflow
-from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.orchestrator import OrchestratorInput, OrchestratorResult

@@ -10,10 +10,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.board_store import BoardStoreActivities
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from taskfleet.activities.board_store import BoardStoreActivities
 from taskfleet.clients.board_store import CloneUnreachable, store_board, store_board_file
 from taskfleet.clients.run_store import iter_run_outcomes, write_json_with_tasks
 from taskfleet.core.board_store import board_ref, read_page

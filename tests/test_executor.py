@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from taskfleet.activities.processes.executor import direct_argv, run_command, tail
 
 

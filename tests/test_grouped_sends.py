@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from taskfleet.activities.git.landing_outbox import LandingOutbox
 
+from taskfleet.activities.git.landing_outbox import LandingOutbox
 from taskfleet.core.grouped_sends import GroupedSends
 
 

@@ -5,8 +5,8 @@ from its exit code."""
 from __future__ import annotations
 
 import pytest
-from taskfleet.activities.judge import command_review, verify_output
 
+from taskfleet.activities.judge import command_review, verify_output
 from taskfleet.core.boards import BoardError, parse_toml_board
 from taskfleet.core.review_schema import ReviewInvalid, parse_review
 from taskfleet.core.task_stage import InvalidStage, parse_task_stage

@@ -12,17 +12,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.pods.fence import Fence, StaleLease
-from taskfleet.activities.pods.lease import LeaseError, LeaseLock, LeaseLost
-from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from taskfleet.activities.pods.fence import Fence, StaleLease
+from taskfleet.activities.pods.lease import LeaseError, LeaseLock, LeaseLost
 from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import LEASE_LOST, LEASE_NOT_HELD, LeaseLockConfig
 from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.versioning import UnversionedRunner
+from taskfleet.workflows.lease_lock import LeaseLockWorkflow
 from tests.conftest import ROOT, eventually, save_history
 
 

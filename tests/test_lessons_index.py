@@ -8,8 +8,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern
 
+from taskfleet.activities.services.lessons_index import LessonsIndex, normalize_pattern
 from taskfleet.core.models.lessons import Lesson, LessonQuery
 from tests.conftest import ROOT, python_cmd
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from taskfleet.activities.services.lessons_journals import JournaledLessonsIndex
-
 from taskfleet.core.models.lessons import Lesson, LessonQuery
 from tests.conftest import ROOT, eventually
 
@@ -103,7 +102,6 @@ async def test_a_lesson_recorded_by_another_process_reaches_this_index_within_se
 def test_the_setting_selects_journals(tmp_path: Path, monkeypatch):
     from taskfleet.activities.services.lessons_index import LessonsIndex
     from taskfleet.activities.services.lessons_journals import lessons_index_for
-
     from taskfleet.core.settings import TaskfleetSettings
 
     monkeypatch.delenv("TASKFLEET_LESSONS_DIR", raising=False)

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from taskfleet.activities.model_io.llm_edits import EditRefused, apply_edits
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.llm import SHARED_RULES
 from temporalio.client import Client
 
+from taskfleet.activities.llm import SHARED_RULES
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.boards import parse_toml_board
 from taskfleet.core.llm_ids import judge_workflow_id, llm_batch_workflow_id, llm_task_workflow_id

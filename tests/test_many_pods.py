@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.pods.shared_clone import registrations
 from temporalio.client import Client
 
+from taskfleet.activities.pods.shared_clone import registrations
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
 from tests.conftest import GitRemoteFixture, eventually, git

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from taskfleet.activities.model_io.payload_s3 import S3Store
 from taskfleet.activities.model_io.payload_store import (
     LocalStore,
@@ -17,7 +18,6 @@ from taskfleet.activities.model_io.payload_store import (
     PayloadStoreError,
     payload_store,
 )
-
 from taskfleet.core.models.payload import PayloadRef
 from tests.conftest import free_port
 from tests.s3_support import CREDENTIALS, s3_server

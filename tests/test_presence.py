@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.pods.presence import WorkerPresence
-from taskfleet.activities.pods.shared_clone import registrations
 from temporalio.client import Client
 
+from taskfleet.activities.pods.presence import WorkerPresence
+from taskfleet.activities.pods.shared_clone import registrations
 from tests.conftest import ROOT, GitRemoteFixture, eventually, git
 from tests.test_lease_lock import lock_only_worker
 

@@ -17,14 +17,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
+
 from taskfleet.activities.processes.process_trees import (
     MODE_GROUP,
     MODE_NAMESPACE,
     ProcessTreesUnavailable,
     detect,
 )
-from temporalio.client import Client
-
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, processes_with_environ

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.git.branch_claims import claims_dir
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
+from taskfleet.activities.git.branch_claims import claims_dir
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.core.search_attributes import dev_server_flags

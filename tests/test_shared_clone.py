@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from taskfleet.activities.git.git_async import GitError, _git_once
 from taskfleet.activities.pods.shared_clone import (
     forget_worktree,
@@ -20,7 +21,6 @@ from taskfleet.activities.pods.shared_clone import (
     registrations,
     worktree_add_args,
 )
-
 from tests.conftest import GitRemoteFixture, git
 
 

@@ -12,11 +12,11 @@ import asyncio
 import uuid
 
 import pytest
-from taskfleet.workflows.signals_out import send_signal
 from temporalio import workflow
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
+from taskfleet.workflows.signals_out import send_signal
 from tests.conftest import eventually
 
 # far more than arrive before the test's cancel: the sender ends by the cancel, or fails the test

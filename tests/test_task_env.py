@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
+
 from taskfleet.activities.processes.executor import run_command
 from taskfleet.activities.processes.executor_policy import (
     ExecutorPolicy,
     current_policy,
     using_policy,
 )
-
 from taskfleet.core.boards import BoardError, parse_toml_board
 from taskfleet.core.task_env import TaskEnvError, TaskEnvironment, parse_allow_list
 

@@ -7,9 +7,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.task_group import TaskGroupActivities
 from temporalio.testing import ActivityEnvironment
 
+from taskfleet.activities.task_group import TaskGroupActivities
 from taskfleet.core.models.orchestrator import TaskInput, TaskSpec
 from taskfleet.core.models.task_group import RESULT_TAIL_CHARS, TaskGroupInput
 from taskfleet.plugin import WorkerServices

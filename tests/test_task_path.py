@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.task_runner import task_file_stem
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import DataConverter
 
+from taskfleet.activities.task_runner import task_file_stem
 from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.boards import parse_markdown_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
@@ -345,13 +345,12 @@ async def test_executors_die_with_a_killed_worker_and_the_retry_lands_only_its_o
 async def test_an_outcome_sent_by_another_client_with_the_run_s_op_id_is_not_credited(
     client, make_worker, task_queue, git_remote, tmp_path
 ):
-    from taskfleet.workflows.orchestrator.landings import (
-        batcher_id,  # the batcher of this queue (C2)
-    )
-
     from taskfleet.core.ids import landing_op_id
     from taskfleet.core.models.git_batch import GitBatchStats, GitOpsLanded, OpOutcome
     from taskfleet.core.names import QUERY_STATS, SIGNAL_GIT_OPS_LANDED
+    from taskfleet.workflows.orchestrator.landings import (
+        batcher_id,  # the batcher of this queue (C2)
+    )
 
     git_remote.install_hook(
         "pre-receive",

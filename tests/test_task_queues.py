@@ -9,11 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from taskfleet.activities.git.branch_claims import claims_dir
-from taskfleet.activities.pods.lease import LeaseLock, NoWorker
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
+from taskfleet.activities.git.branch_claims import claims_dir
+from taskfleet.activities.pods.lease import LeaseLock, NoWorker
 from taskfleet.clients.orchestrator import start_board
 from taskfleet.core.lease_lock import lease_lock_workflow_id
 from taskfleet.core.models.lease_lock import LeaseLockConfig

@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from temporalio.worker import Worker
+
 from taskfleet.activities.services.template_cache import (
     TemplateCache,
     TemplateLoadError,
     TemplateRenderError,
 )
-from temporalio.worker import Worker
-
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.plugin import TaskfleetPlugin
 from tests.conftest import ROOT, python_cmd

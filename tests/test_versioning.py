@@ -13,9 +13,6 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from taskfleet.workflows.git_batcher import GitBatchWorkflow
-from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
-from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 from temporalio.api.enums.v1 import VersioningBehavior
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior as DeclaredBehavior
@@ -26,6 +23,9 @@ from taskfleet.core.models.lessons import LessonsAnswer
 from taskfleet.core.models.orchestrator import Board, TaskSpec
 from taskfleet.core.names import LESSONS_QUERY_WORKFLOW
 from taskfleet.devserver.server import find_temporal_cli
+from taskfleet.workflows.git_batcher import GitBatchWorkflow
+from taskfleet.workflows.lessons_query import LessonsQueryWorkflow
+from taskfleet.workflows.orchestrator import OrchestratorWorkflow
 from tests.conftest import WorkerProcess, eventually
 
 

@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from taskfleet.activities.git.slot_watch import SlotWatch
 from taskfleet.activities.git.work_commit import CommitRefused, commit_tree
 from taskfleet.activities.git.worktrees import WorktreePool
-
 from tests.conftest import GitRemoteFixture, eventually, git
 
 MESSAGE = "T1: work\n\nTaskfleet-Task: T1\nTaskfleet-Run: r1\n"

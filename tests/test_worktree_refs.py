@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from taskfleet.activities.git.worktree_refs import (
     RefWriteRefused,
     detach_head,
     head_branch,
     point_branch,
 )
-
 from tests.conftest import GitRemoteFixture, git
 
 

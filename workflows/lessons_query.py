@@ -3,9 +3,10 @@
 from datetime import timedelta
 from typing import Optional
 
-from taskfleet.workflows.compat import activity_name
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
+
+from taskfleet.workflows.compat import activity_name
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.lessons import (

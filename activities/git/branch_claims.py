@@ -9,13 +9,13 @@ import hashlib
 import json
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Optional
 from pathlib import Path
+from typing import Any, Optional
 
 from git import Repo
 from git.exc import InvalidGitRepositoryError, NoSuchPathError
-from taskfleet.activities.git.git_async import FileLocks, Heartbeat, _nothing
 
+from taskfleet.activities.git.git_async import FileLocks, Heartbeat, _nothing
 from taskfleet.core.models.orchestrator import BranchClaim
 
 IsRunning = Callable[[str, str], Awaitable[bool]]

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from taskfleet.activities.services.lessons_index import LessonsIndex
-from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.activities.services.lessons_index import LessonsIndex
+from taskfleet.activities.services.template_cache import TemplateCache, TemplateRenderError
 from taskfleet.core.models.lessons import LessonQuery
 from taskfleet.core.models.orchestrator import TaskInput
 

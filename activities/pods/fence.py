@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 
-
 class StaleLease(RuntimeError):
     """A holder whose token is lower than one already used on the resource: it must stop."""
 

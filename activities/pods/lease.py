@@ -11,9 +11,9 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from datetime import timedelta
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Optional
 
 from temporalio import activity

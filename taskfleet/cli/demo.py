@@ -20,6 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from taskfleet.cli.common import examples
 from taskfleet.cli.run import summary_table, watch
 from taskfleet.clients.connection import load_connect_config
 from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
@@ -31,7 +32,6 @@ from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.devserver.server import find_temporal_cli
 from taskfleet.devserver.session import dev_server_session
 from taskfleet.sample_remote import make_sample_remote
-from taskfleet.cli.common import examples
 
 # The example boards and the demo's seed repository ship as package data.
 EXAMPLES = Path(str(importlib.resources.files("taskfleet.examples")))

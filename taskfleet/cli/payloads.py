@@ -15,16 +15,27 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.activities.model_io.payload_store import (PayloadStore, PayloadStoreError,
-                                                         payload_store)
+from taskfleet.activities.model_io.payload_store import (
+    PayloadStore,
+    PayloadStoreError,
+    payload_store,
+)
 from taskfleet.cli.common import client_for, examples
 from taskfleet.clients.connection import StartupError
 from taskfleet.core.llm_ids import judge_workflow_id, llm_custom_id, llm_task_workflow_id
 from taskfleet.core.models.payload import ref_of
-from taskfleet.core.names import (ACTIVITY_JUDGE_PREPARE, ACTIVITY_LLM_CALL_DIRECT,
-                                  ACTIVITY_LLM_PREPARE, ACTIVITY_LLM_SUBMIT, ACTIVITY_PLAN_PREPARE,
-                                  JUDGE_WORKFLOW, LLM_TASK_WORKFLOW, ORCHESTRATOR_WORKFLOW,
-                                  PLANNER_WORKFLOW, SIGNAL_LLM_REPLY)
+from taskfleet.core.names import (
+    ACTIVITY_JUDGE_PREPARE,
+    ACTIVITY_LLM_CALL_DIRECT,
+    ACTIVITY_LLM_PREPARE,
+    ACTIVITY_LLM_SUBMIT,
+    ACTIVITY_PLAN_PREPARE,
+    JUDGE_WORKFLOW,
+    LLM_TASK_WORKFLOW,
+    ORCHESTRATOR_WORKFLOW,
+    PLANNER_WORKFLOW,
+    SIGNAL_LLM_REPLY,
+)
 from taskfleet.core.settings import TaskfleetSettings
 
 PREPARES = {ACTIVITY_LLM_PREPARE, ACTIVITY_JUDGE_PREPARE, ACTIVITY_PLAN_PREPARE}

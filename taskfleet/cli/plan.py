@@ -20,8 +20,8 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowFailureError
 
 from taskfleet.cli.common import client_for, examples
-from taskfleet.clients.preflight import check_clone
 from taskfleet.clients.planner import start_plan
+from taskfleet.clients.preflight import check_clone
 from taskfleet.core.models.plan import PlanInput, PlanResult
 from taskfleet.core.plan_input import InvalidPlanInput, parse_plan_input
 
@@ -36,12 +36,13 @@ class Planning:
 @asynccontextmanager
 async def _offline(args: argparse.Namespace) -> AsyncIterator[Planning]:
     """A worker in this process, on a private task queue, whose Claude is the offline stand-in."""
+    from temporalio.worker import Worker
+
     from taskfleet.clients.connection import load_connect_config
     from taskfleet.core.settings import TaskfleetSettings
     from taskfleet.devserver.session import dev_server_session
-    from taskfleet.testing.standin import StandIn
     from taskfleet.plugin import TaskfleetPlugin
-    from temporalio.worker import Worker
+    from taskfleet.testing.standin import StandIn
 
     state_dir = Path(tempfile.mkdtemp(prefix="taskfleet-plan-"))
     task_queue = f"taskfleet-plan-offline-{uuid.uuid4().hex[:8]}"

@@ -9,7 +9,12 @@ from temporalio.client import Client
 
 from taskfleet.clients.long_lived import LongLivedClient
 from taskfleet.core.ids import merge_queue_workflow_id as _pure_workflow_id
-from taskfleet.core.models.merge_queue import MergeQueueConfig, MergeQueueStats, MergeQueueStatus, QueueEntry
+from taskfleet.core.models.merge_queue import (
+    MergeQueueConfig,
+    MergeQueueStats,
+    MergeQueueStatus,
+    QueueEntry,
+)
 from taskfleet.core.names import DEFAULT_TASK_QUEUE, SIGNAL_ENQUEUE, UPDATE_SUBMIT
 from taskfleet.core.workflow_start import entry_payload, merge_queue
 

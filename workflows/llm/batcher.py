@@ -19,11 +19,11 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.llm_validation import InvalidSubmit, describe, parse_submit
     from taskfleet.core.models.llm import (
         REPLY_FAILED,
+        BatchEntry,
         CreateBatchInput,
         CreateBatchOutput,
         DeliverResultsInput,
         DeliverResultsOutput,
-        BatchEntry,
         InFlightBatch,
         LLMBatchConfig,
         LLMBatchState,

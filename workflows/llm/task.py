@@ -14,8 +14,8 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from taskfleet.core.errors import root_cause_message
     from taskfleet.core.boards import has_judge
+    from taskfleet.core.errors import root_cause_message
     from taskfleet.core.models.judge import JudgeRequest, LandInput, judged_task
     from taskfleet.core.models.llm import (
         REPLY_SUCCEEDED,
