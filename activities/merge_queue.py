@@ -1,4 +1,5 @@
-"""The merge queue's activities: build a batch's merge chain, verify it once, push it by compare-and-swap.
+"""The merge queue's activities: build a batch's merge chain, verify it once, push it by
+compare-and-swap.
 
 Verification runs in a slot of the task worktree pool (a clean checkout, detached at the merged
 commit) through the executor, exactly as a task's commands run: own process group, the worker's
@@ -48,7 +49,8 @@ async def _heartbeating(work: Any, detail: str) -> Any:
 
 
 def verify_env(params: VerifyInput, worktree: str) -> dict[str, str]:
-    """The verify command's environment: the worker's, plus what it verifies (never in its command line)."""
+    """The verify command's environment: the worker's, plus what it verifies (never in its command
+    line)."""
     return {
         **os.environ,
         "TASKFLEET_QUEUE": params.queue_id,
@@ -69,7 +71,8 @@ class MergeQueueActivities:
 
     @activity.defn(name=ACTIVITY_QUEUE_BUILD)
     async def build(self, params: BuildInput) -> BuildOutput:
-        activity.logger.info("merging %d entries of %s onto %s", len(params.entries), params.batch_id, params.target)
+        activity.logger.info("merging %d entries of %s onto %s", len(params.entries),
+                             params.batch_id, params.target)
         return await _heartbeating(lambda: build_chain(params), params.batch_id)
 
     @activity.defn(name=ACTIVITY_QUEUE_VERIFY)
@@ -78,7 +81,8 @@ class MergeQueueActivities:
         space = self.workspace
         space.refuse_state_dir_inside(params.batch_id, params.repo)
         attempt = activity.info().attempt
-        log_path = self.settings.logs_dir / "queue" / slug(params.queue_id, 120) / f"{slug(params.batch_id)}-{attempt}.log"
+        log_path = self.settings.logs_dir / "queue" / slug(
+            params.queue_id, 120) / f"{slug(params.batch_id)}-{attempt}.log"
         await asyncio.to_thread(log_path.parent.mkdir, parents=True, exist_ok=True)
         heartbeat = lambda: activity.heartbeat(params.batch_id)  # noqa: E731
         await space.executors.reap_now_and_then()
@@ -88,15 +92,17 @@ class MergeQueueActivities:
                 no_detached_git_maintenance(env)
                 with await asyncio.to_thread(open, log_path, "a+b") as log:
                     async with space.commands(heartbeat) as run:
-                        ran = await run(params.command, worktree.path, env, log, params.timeout_seconds, "verify")
+                        ran = await run(params.command, worktree.path, env, log,
+                                        params.timeout_seconds, "verify")
                     output = tail(log)
         except GitError as err:
             person = needs_a_person(err)
             if person is None:
                 raise
             raise person from None
-        return VerifyOutput(passed=not ran.timed_out and ran.exit_code == 0, exit_code=ran.exit_code,
-                            timed_out=ran.timed_out, seconds=ran.seconds, output_tail=output, log_path=str(log_path))
+        return VerifyOutput(passed=not ran.timed_out and ran.exit_code == 0,
+                            exit_code=ran.exit_code, timed_out=ran.timed_out, seconds=ran.seconds,
+                            output_tail=output, log_path=str(log_path))
 
     @activity.defn(name=ACTIVITY_QUEUE_PUSH)
     async def push(self, params: PushInput) -> PushOutput:

@@ -83,14 +83,14 @@ class RunCheckActivities:
     async def default_branch(self, params: DefaultBranchInput) -> str:
         """The remote's default branch, for a board started without `base`."""
         if not os.path.isdir(params.repo):
-            raise ApplicationError(f"repo {params.repo} is not a folder on this worker", type="BadTaskSetup",
-                                   non_retryable=True)
+            raise ApplicationError(f"repo {params.repo} is not a folder on this worker",
+                                   type="BadTaskSetup", non_retryable=True)
         started = time.monotonic()
         name = await asyncio.to_thread(default_branch, params.repo, params.remote)
         if not name:
-            raise ApplicationError(
-                f"cannot tell the default branch of {params.remote} from {params.repo}; set `base` on the board",
-                type="BadTaskSetup", non_retryable=True,
-            )
-        activity.logger.info("default branch of %s: %s (%.3fs)", params.remote, name, time.monotonic() - started)
+            raise ApplicationError(f"cannot tell the default branch of {params.remote} from "
+                                   f"{params.repo}; set `base` on the board", type="BadTaskSetup",
+                                   non_retryable=True)
+        activity.logger.info("default branch of %s: %s (%.3fs)", params.remote, name,
+                             time.monotonic() - started)
         return name

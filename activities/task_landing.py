@@ -56,7 +56,8 @@ async def submit_landing(params: TaskInput, result: TaskResult) -> None:
 
     async def send(ops: list[dict]) -> object:
         async def start(options: dict) -> object:
-            return await client.start_workflow(target.workflow_type, config, start_signal=SIGNAL_ENQUEUE,
+            return await client.start_workflow(target.workflow_type, config,
+                                               start_signal=SIGNAL_ENQUEUE,
                                                start_signal_args=[ops], **options)
 
         return await target.start(start)

@@ -101,17 +101,14 @@ class WorkerServices:
         self.started = False
 
     def activities(self) -> list[Callable]:
-        return [
-            self.git.push_batch, self.lesson_activities.query_lessons,
-            self.lesson_activities.record_lesson, self.lesson_activities.lessons_stats,
-            self.tasks.run_task, self.tasks.land_task,
-            self.run_checks.claim_branches, self.run_checks.check_task_env, self.run_checks.default_branch,
-            *self.llm.activities(), *self.llm_api.activities(), *self.plans.activities(),
-            *self.judges.activities(),
-            self.boards.store_board, self.boards.load_board_page, self.boards.record_outcomes,
-            self.boards.read_outcomes,
-            self.task_groups.run_task_group, *self.merge_queue.activities(),
-        ]
+        return [self.git.push_batch, self.lesson_activities.query_lessons,
+                self.lesson_activities.record_lesson, self.lesson_activities.lessons_stats,
+                self.tasks.run_task, self.tasks.land_task, self.run_checks.claim_branches,
+                self.run_checks.check_task_env, self.run_checks.default_branch,
+                *self.llm.activities(), *self.llm_api.activities(), *self.plans.activities(),
+                *self.judges.activities(), self.boards.store_board, self.boards.load_board_page,
+                self.boards.record_outcomes, self.boards.read_outcomes,
+                self.task_groups.run_task_group, *self.merge_queue.activities()]
 
     async def start(self) -> None:
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)

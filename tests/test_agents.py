@@ -30,7 +30,7 @@ def need(ok, what):
 def flag(name):
     return args[args.index(name) + 1] if name in args else None
 need(os.environ.get(KEY), f"{KEY} is not set")
-need("WORKER_ONLY_SECRET" not in os.environ, "a worker variable the operator did not allow is visible")
+need("WORKER_ONLY_SECRET" not in os.environ, "a worker variable the operator kept back is visible")
 def change(prompt):
     need("You are the implementer for task" in prompt, "the prompt is not the task's")
     task = os.environ["TASKFLEET_TASK_ID"]
@@ -42,7 +42,7 @@ def change(prompt):
 CLAUDE = COMMON.replace("KEY", "'ANTHROPIC_API_KEY'") + r'''
 need(args[:1] == ["-p"], "-p (headless) must come first")
 need(flag("--output-format") == "json", "--output-format json")
-need(flag("--permission-mode") in ("acceptEdits", "bypassPermissions"), "a permission mode that edits")
+need(flag("--permission-mode") in ("acceptEdits", "bypassPermissions"), "a mode that edits")
 need("Edit" in (flag("--allowedTools") or ""), "--allowedTools with Edit")
 change(sys.stdin.read())
 print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "done",
@@ -56,8 +56,8 @@ need(flag("--sandbox") == "workspace-write", "--sandbox workspace-write (read-on
 need(args[-1] == "-", "the prompt from stdin (-)")
 change(sys.stdin.read())
 print(json.dumps({"type": "thread.started", "thread_id": "t1"}))
-print(json.dumps({"type": "turn.completed", "usage": {"input_tokens": 700, "cached_input_tokens": 100,
-                                                      "output_tokens": 50}}))
+usage = {"input_tokens": 700, "cached_input_tokens": 100, "output_tokens": 50}
+print(json.dumps({"type": "turn.completed", "usage": usage}))
 '''  # noqa: E501 (a script's text)
 
 AIDER = COMMON.replace("KEY", "'ANTHROPIC_API_KEY'") + r'''

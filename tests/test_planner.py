@@ -50,7 +50,8 @@ def user_dir(tmp_path: Path) -> Path:
 
 
 def plan_input(fx: GitRemoteFixture, **overrides: object) -> PlanInput:
-    return PlanInput(**{"goal": "greet the world in two files", "repo": str(fx.clone), **overrides})  # type: ignore[arg-type]
+    goal = "greet the world in two files"
+    return PlanInput(**{"goal": goal, "repo": str(fx.clone), **overrides})  # type: ignore[arg-type]
 
 
 async def plan(client: Client, task_queue: str, request: PlanInput,

@@ -90,7 +90,8 @@ with workflow.unsafe.imports_passed_through():
 class SmokeWorkflow:
     @workflow.run
     async def run(self, name: str) -> str:
-        return await workflow.execute_activity(run_task, name, start_to_close_timeout=timedelta(seconds=30))
+        return await workflow.execute_activity(run_task, name,
+                                               start_to_close_timeout=timedelta(seconds=30))
 '''  # noqa: E501 (a user's module, as they would write it)
 
 USER_ACTIVITIES = '''

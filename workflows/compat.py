@@ -60,7 +60,8 @@ Items (in the order a reader meets them):
   without it (as for `run_key`). Goes with `run_key`'s step 1.
 - `board_in_pages`: a run reads its board in pages from the clone and keeps outcomes in the run
   store; before, the board rode in the input. Old path: orchestrator_nine_tasks,
-  orchestrator_llm_three, orchestrator_cancel_while_landing, orchestrator_claims_and_verified_landing.
+  orchestrator_llm_three, orchestrator_cancel_while_landing,
+  orchestrator_claims_and_verified_landing.
   Marker: orchestrator_inline_paged (both recordings); a run started with a board reference never
   asks.
 - `branches_claimed_up_front`: an inline-board run claims its task branches before any task runs.

@@ -48,12 +48,12 @@ def llm_backend(answers: Path) -> Iterator[str]:
         return
     with canned_standin(answers).serving() as standin:
         try:
-            yield (
-                "Claude: ANTHROPIC_API_KEY is not set, so the demo uses the bundled OFFLINE STAND-IN "
-                f"at {standin.url}: no model is called; its answers are canned ({answers.name}).")
+            yield ("Claude: ANTHROPIC_API_KEY is not set, so the demo uses the bundled OFFLINE "
+                   f"STAND-IN at {standin.url}: no model is called; its answers are canned "
+                   f"({answers.name}).")
         finally:
             calls = standin.calls
             judged = len(standin.requests_for("submit_review"))
             print(f"stand-in API calls: {calls['batches.create']} batch create(s) for "
-                  f"{len(standin.requests)} request(s) ({len(standin.requests) - judged} implementer, "
-                  f"{judged} judge), {calls['messages.create']} direct call(s)")
+                  f"{len(standin.requests)} request(s) ({len(standin.requests) - judged} "
+                  f"implementer, {judged} judge), {calls['messages.create']} direct call(s)")

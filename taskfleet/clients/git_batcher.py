@@ -51,7 +51,8 @@ class GitBatcherClient(LongLivedClient):
 
     status_type, stats_type = GitBatchStatus, GitBatchStats
 
-    def __init__(self, client: Client, config: GitBatchConfig, task_queue: str = DEFAULT_TASK_QUEUE):
+    def __init__(self, client: Client, config: GitBatchConfig,
+                 task_queue: str = DEFAULT_TASK_QUEUE):
         super().__init__(client, git_batcher(config, task_queue), config)
         self._sends: GroupedSends[dict[str, Any]] = GroupedSends(
             self._send_ops, max_items=SIGNAL_MAX_OPS, max_bytes=SIGNAL_MAX_BYTES,

@@ -29,10 +29,11 @@ class LongLivedClient:
         return self.client.get_workflow_handle(self.workflow_id)
 
     async def signal_with_start(self, signal: str, payload: Any) -> None:
-        """Returns once the message is with the server; a bad one shows under `rejected` in `status`."""
+        """Returns once the message is with the server; a bad one shows under `rejected`."""
 
         async def start(options: dict[str, Any]) -> Any:
-            return await self.client.start_workflow(self.target.workflow_type, self.config, start_signal=signal,
+            return await self.client.start_workflow(self.target.workflow_type, self.config,
+                                                    start_signal=signal,
                                                     start_signal_args=[payload], **options)
 
         await self.target.start(start)
@@ -41,7 +42,8 @@ class LongLivedClient:
         """The update's answer, or WorkflowUpdateFailedError with the reason it was refused."""
 
         async def start(options: dict[str, Any]) -> T:
-            operation = WithStartWorkflowOperation(self.target.workflow_type, self.config, **options)
+            operation = WithStartWorkflowOperation(self.target.workflow_type,
+                                                   self.config, **options)
             return await self.client.execute_update_with_start_workflow(
                 update, payload, start_workflow_operation=operation, result_type=result_type)
 

@@ -1,4 +1,4 @@
-"""Client side of the merge queue: its workflow id, and sending entries that start it when needed."""
+"""Client side of the merge queue: its workflow id, and entries that start it when needed."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from taskfleet.core.workflow_start import entry_payload, merge_queue
 __all__ = ["MergeQueueClient", "merge_queue_workflow_id"]
 
 
-def merge_queue_workflow_id(repo: str, remote: str, target: str, task_queue: str = DEFAULT_TASK_QUEUE) -> str:
-    """The queue's workflow id for a clone (relative paths resolved here), remote, target and task queue."""
+def merge_queue_workflow_id(repo: str, remote: str, target: str,
+                            task_queue: str = DEFAULT_TASK_QUEUE) -> str:
+    """The queue's workflow id for a clone (a relative path resolved here), remote, target."""
     return _pure_workflow_id(os.path.abspath(repo), remote, target, task_queue)
 
 
@@ -31,7 +32,8 @@ class MergeQueueClient(LongLivedClient):
 
     status_type, stats_type = MergeQueueStatus, MergeQueueStats
 
-    def __init__(self, client: Client, config: MergeQueueConfig, task_queue: str = DEFAULT_TASK_QUEUE):
+    def __init__(self, client: Client, config: MergeQueueConfig,
+                 task_queue: str = DEFAULT_TASK_QUEUE):
         super().__init__(client, merge_queue(config, task_queue), config)
 
     async def enqueue(self, entry: QueueEntry | dict[str, Any]) -> None:
@@ -39,5 +41,5 @@ class MergeQueueClient(LongLivedClient):
         await self.signal_with_start(SIGNAL_ENQUEUE, entry_payload(entry))
 
     async def submit(self, entry: QueueEntry | dict[str, Any]) -> str:
-        """Update-with-start: the accepted entry's id, or WorkflowUpdateFailedError with the reason."""
+        """Update-with-start: the accepted entry's id, or WorkflowUpdateFailedError saying why."""
         return await self.update_with_start(UPDATE_SUBMIT, entry_payload(entry))

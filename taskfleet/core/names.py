@@ -54,7 +54,8 @@ LEASE_LOCK_WORKFLOW = "LeaseLockWorkflow"
 UPDATE_ACQUIRE = "acquire"
 UPDATE_RENEW = "renew"
 UPDATE_RELEASE = "release"
-SIGNAL_RENEW_LEASE = "renew_lease"  # fire-and-forget twins of the updates, for callers that cannot wait
+# Fire-and-forget twins of the updates, for callers that cannot wait.
+SIGNAL_RENEW_LEASE = "renew_lease"
 SIGNAL_RELEASE_LEASE = "release_lease"
 QUERY_HOLDERS = "holders"
 
@@ -99,7 +100,8 @@ PATCH_PREFIXED_ACTIVITIES = "taskfleet-prefixed-activity-names"
 # Orchestrator changes guarded for replay (each id is recorded in the histories that use it).
 PATCH_RUN_KEY_FIRST_RUN = "taskfleet-run-key-first-run-id"
 PATCH_CLAIM_BRANCHES = "taskfleet-claim-branches"
-# A board whose tasks ask for worker variables (`env`) is checked against the worker's allow-list first.
+# A board whose tasks ask for worker variables (`env`) is checked against the worker's allow-list
+# first.
 PATCH_TASK_ENV_CHECK = "taskfleet-task-env-check"
 
 # --- boards by reference and the run store ------------------------------------------------------
@@ -115,7 +117,8 @@ PATCH_RESULT_FROM_MEMORY = "taskfleet-result-from-memory"
 # Outcomes are appended to the run store by a local activity (no server round trip).
 PATCH_LOCAL_RECORD = "taskfleet-local-record"
 
-# A board that names no `base` lands on the remote's default branch, asked of the clone by the worker
+# A board that names no `base` lands on the remote's default branch, asked of the clone by the
+# worker
 # (runs started before this took "main").
 PATCH_DEFAULT_BASE = "taskfleet-default-base-from-remote"
 # A Claude task tells the orchestrator when it moves to another stage (signal `task_stage`).

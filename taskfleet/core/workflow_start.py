@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class LongLived:
-    """One long-lived workflow: its type, id, task queue, and what the UI and searches show of it."""
+    """One long-lived workflow: its type, id, task queue, and what the UI and searches show."""
 
     workflow_type: str
     workflow_id: str
@@ -32,7 +32,8 @@ class LongLived:
     summary: str
 
     def options(self, search_attributes: bool = True) -> dict[str, Any]:
-        options: dict[str, Any] = dict(id=self.workflow_id, task_queue=self.task_queue, static_summary=self.summary,
+        options: dict[str, Any] = dict(id=self.workflow_id, task_queue=self.task_queue,
+                                       static_summary=self.summary,
                                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
         if search_attributes:
             options["search_attributes"] = tagged(self.kind, self.repo)
@@ -50,21 +51,22 @@ class LongLived:
 
 def git_batcher(config: GitBatchConfig, task_queue: str) -> LongLived:
     repo = os.path.abspath(config.repo)
-    return LongLived(GIT_BATCH_WORKFLOW, git_batch_workflow_id(repo, config.remote, task_queue), task_queue,
-                     "git-batch", repo, f"git batcher: {repo} -> {config.remote}")
+    return LongLived(GIT_BATCH_WORKFLOW, git_batch_workflow_id(repo, config.remote, task_queue),
+                     task_queue, "git-batch", repo, f"git batcher: {repo} -> {config.remote}")
 
 
 def merge_queue(config: MergeQueueConfig, task_queue: str) -> LongLived:
     repo = os.path.abspath(config.repo)
-    return LongLived(MERGE_QUEUE_WORKFLOW, merge_queue_workflow_id(repo, config.remote, config.target, task_queue),
-                     task_queue, "merge-queue", repo, f"merge queue: {repo} -> {config.remote}/{config.target}")
+    return LongLived(MERGE_QUEUE_WORKFLOW, merge_queue_workflow_id(
+        repo, config.remote, config.target, task_queue), task_queue, "merge-queue", repo,
+                     f"merge queue: {repo} -> {config.remote}/{config.target}")
 
 
 _QUEUE_SETS = {"enqueued_at", "verified_in", "split_in"}  # an entry's fields the queue fills in
 
 
 def op_payload(op: GitOp | dict[str, Any]) -> dict[str, Any]:
-    """An op as the JSON object sent on the wire: empty fields left out, `enqueued_at` never sent."""
+    """An op as the JSON object sent on the wire: empty fields and `enqueued_at` left out."""
     if isinstance(op, GitOp):
         return {k: v for k, v in vars(op).items() if k != "enqueued_at" and v not in ("", [], None)}
     return op
