@@ -219,13 +219,13 @@ def test_markdown_board_rows_keep_their_lines_and_done_rows_are_not_dispatched(c
     assert page.done == sum(t.done for t in parsed.tasks) >= 1
     assert stored.reference.open_tasks == len(page.tasks)
     bad = tmp_path / "bad.md"
-    bad.write_text(path.read_text().replace("| [ ] | `task/T2.3` |", "| [?] | `task/T2.3` |"))
+    bad.write_text(path.read_text().replace("| [ ] | `task/license-header` |", "| [?] | `task/license-header` |"))
     stored = store_board_file(bad, str(clone), run="true", verify="true")
     (page,) = all_pages(clone, stored.reference.board_id)
     (refused,) = page.refused
-    assert refused.id == "T2.3" and refused.reason.startswith(
+    assert refused.id == "license-header" and refused.reason.startswith(
         f"{bad}:{refused.line}: status must be [ ] or [x]")
-    assert "T2.3" in bad.read_text().splitlines()[refused.line - 1]
+    assert "license-header" in bad.read_text().splitlines()[refused.line - 1]
     with pytest.raises(BoardError, match="has no run command"):
         store_board_file(path, str(clone))
 
