@@ -121,14 +121,19 @@ def merge_entry(repo: Repo, remote: str, target: str, tip: str, chain: tuple[str
 
 
 def build_chain(params: BuildInput) -> BuildOutput:
-    """Fetch the target, then merge every entry in order onto it (entries that cannot merge are left
-    out and say why); the chain's head is kept under a private ref until it is pushed or replaced."""
+    """Fetch the target, then merge every entry in order onto it, or onto `base` (the merged commit
+    of the batch ahead: speculation); entries that cannot merge are left out and say why. The
+    chain's head is kept under a private ref until it is pushed or replaced."""
     started = time.monotonic()
     repo = open_clone(params.repo, params.remote)
     try:
         tip = fetch_target(repo, params.remote, params.target, params.queue_ref)
         env = commit_env(repo)
-        chain, merges = (tip, repo.git.rev_parse(f"{tip}^{{tree}}")), []
+        base = params.base or tip
+        if params.base and not ref_commit(repo, params.base):
+            raise ApplicationError(f"the commit {params.base[:12]} to build {params.batch_id} on is not in the clone",
+                                   type="FetchFailed")
+        chain, merges = (base, repo.git.rev_parse(f"{base}^{{tree}}")), []
         for entry in params.entries:
             try:
                 merge, chain = merge_entry(repo, params.remote, params.target, tip, chain, entry, env)
@@ -137,9 +142,9 @@ def build_chain(params: BuildInput) -> BuildOutput:
                 merge = EntryMerge(entry.id, MERGE_REFUSED, f"git failed on {entry.branch}: {detail[-1] if detail else err}")
             merges.append(merge)
         current = chain[0]
-        if current != tip:  # keeps the chain's objects reachable until the next batch replaces it
+        if current != base:  # keeps the chain's objects reachable until the next batch replaces it
             repo.git.update_ref(params.queue_ref.rsplit("/", 1)[0] + "/candidate", current)
-        return BuildOutput(params.batch_id, tip, current, merges, time.monotonic() - started)
+        return BuildOutput(params.batch_id, tip, current, merges, time.monotonic() - started, base=base)
     finally:
         repo.close()
 

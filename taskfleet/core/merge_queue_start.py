@@ -14,7 +14,7 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from taskfleet.core.search_attributes import is_unknown_search_attribute, tagged
 
 T = TypeVar("T")
-_SENT = {f.name for f in fields(QueueEntry)} - {"enqueued_at", "verified_in", "split_in"}
+_SENT = {f.name for f in fields(QueueEntry)} - {"enqueued_at", "verified_in", "split_in", "seq"}
 
 
 def queue_start_options(config: MergeQueueConfig, task_queue: str, search_attributes: bool = True) -> dict[str, Any]:
@@ -45,5 +45,5 @@ async def with_queue_start_options(
 def entry_payload(entry: QueueEntry | dict[str, Any]) -> dict[str, Any]:
     """An entry as the JSON object sent on the wire: empty fields and the queue's own fields left out."""
     if isinstance(entry, QueueEntry):
-        return {k: v for k, v in vars(entry).items() if k in _SENT and v not in ("", None)}
+        return {k: v for k, v in vars(entry).items() if k in _SENT and v not in ("", None, 0, [])}
     return entry

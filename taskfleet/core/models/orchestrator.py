@@ -80,6 +80,8 @@ class Board:
     queue_max_batch: int = 8
     queue_max_wait_seconds: float = 30.0
     queue_retries: int = 1  # times a task sent back by the queue is redone before it fails
+    queue_parallel: int = 4  # verify runs the queue keeps going at once
+    queue_flake_retries: int = 1  # runs again of a red single entry's merge before it is a culprit
 
 
 @dataclass
