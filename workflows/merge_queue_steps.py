@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, Optional
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from taskfleet.workflows.merge_queue_batches import CANNOT_LAND, GIT_RETRY, VERIFY_RETRY, BACKOFF_MAX_SECONDS
 from taskfleet.workflows.merge_queue_train import Train
@@ -225,6 +225,8 @@ class StepsMixin:
                 retry_policy=retry, summary=summary[:100],
             )
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):  # its batch left the flight: the loop cancelled it
+                raise asyncio.CancelledError() from None
             message = clip(root_cause_message(err), 1000)
             cause = err.cause
             live = self.train.live()
