@@ -119,38 +119,45 @@ class Train:
             self.s.queue = sorted(self.s.queue + entries, key=lambda e: e.seq)
             self.s.flush_requested = True
 
-    def risk(self, entry: QueueEntry) -> int:
+    def risky(self, entry: QueueEntry) -> bool:
+        """Likely to break the verify (taskfleet's signals, or a path a recent culprit changed), and not
+        yet verified on its own."""
         files = set(self.s.culprit_files)
-        return entry.risk + (1 if files and any(f in files for f in entry.files) else 0)
+        return not entry.passed_alone and (entry.risk > 0 or any(f in files for f in entry.files))
 
     def verify_of(self, entry: QueueEntry) -> str:
         return entry.verify or self.config.verify
 
     def cut(self, free: int) -> QueueBatch:
-        """The next train batch, from the head of the queue in order: the entries sharing the head's
-        verify command, a full window (fewer with risky entries), or what is due spread over the free
-        slots (a short queue is verified in parallel parts rather than all in one batch)."""
+        """The next batch from the head of the queue, in order: the entries sharing the head's verify
+        command, a full window or what is due spread over the free slots (a short queue is verified
+        in parallel parts, not in one batch), up to a risky entry. A risky entry at the head is
+        verified alone first, beside the train: a culprit then never takes a batch down with it."""
         window = self.window()
         self.s.stats.window = self.s.window = window
-        verify = self.verify_of(self.s.queue[0])
+        train = self.lane(LANE_TRAIN)
+        tail = train[-1].id if train else ""
+        head = self.s.queue[0]
+        verify = self.verify_of(head)
+        if self.risky(head):
+            self.s.queue.pop(0)
+            self.s.flush_requested = bool(self.s.queue) and self.s.flush_requested
+            return self.add([head], verify, LANE_ISOLATE, tail)
         same = sum(1 for e in self.s.queue if self.verify_of(e) == verify)
         cap = window if same >= window else max(1, math.ceil(same / max(1, free)))
         taken: list[QueueEntry] = []
         kept: list[QueueEntry] = []
-        full = False
         for entry in self.s.queue:
-            limit = min(cap, max(1, window >> self.risk(entry)))
-            if not full and self.verify_of(entry) == verify and len(taken) < limit:
+            if self.verify_of(entry) != verify or kept and self.verify_of(kept[-1]) == verify:
+                kept.append(entry)
+            elif len(taken) < cap and not self.risky(entry):
                 taken.append(entry)
-                cap = limit
             else:
-                full = full or self.verify_of(entry) == verify
                 kept.append(entry)
         self.s.queue = kept
         if not kept:
             self.s.flush_requested = False
-        train = self.lane(LANE_TRAIN)
-        return self.add(taken, verify, LANE_TRAIN, train[-1].id if train else "")
+        return self.add(taken, verify, LANE_TRAIN, tail)
 
     def add(self, entries: list[QueueEntry], verify: str, lane: str, on: str, part_of: str = "",
             at: Optional[int] = None) -> QueueBatch:
@@ -251,6 +258,8 @@ class Train:
                 if b.id not in self.live() or not self.chain_ok(b):
                     continue
                 if b.lane == LANE_ISOLATE and b.stage == STAGE_GREEN:
+                    for entry in b.entries:
+                        entry.passed_alone = True
                     if b.last_part:  # every part of a red batch passed: its red run was a flake
                         self.s.stats.flaky_runs += 1
                         self.flaky(b.entries, b)

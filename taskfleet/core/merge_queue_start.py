@@ -14,7 +14,7 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from taskfleet.core.search_attributes import is_unknown_search_attribute, tagged
 
 T = TypeVar("T")
-_SENT = {f.name for f in fields(QueueEntry)} - {"enqueued_at", "verified_in", "split_in", "seq"}
+_SENT = {f.name for f in fields(QueueEntry)} - {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}
 
 
 def queue_start_options(config: MergeQueueConfig, task_queue: str, search_attributes: bool = True) -> dict[str, Any]:

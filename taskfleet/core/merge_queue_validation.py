@@ -16,7 +16,7 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 
 # Fields the workflow sets itself: accepted in what a client sends (an entry read back from
 # `status`, say), and ignored.
-_SET_BY_QUEUE = {"enqueued_at", "verified_in", "split_in", "seq"}
+_SET_BY_QUEUE = {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}
 _ENTRY_FIELDS = {f.name for f in fields(QueueEntry)} - _SET_BY_QUEUE
 _MAX_LENGTHS = {"id": 200, "branch": 255, "expect_commit": 40, "reply_to": 1000, "verify": 4096, "task_type": 200}
 _SHA1_HEX = re.compile(r"[0-9a-f]{40}")

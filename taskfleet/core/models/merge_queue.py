@@ -57,7 +57,7 @@ class QueueEntry:
     verify: str = ""  # command run on the merged result; default: the queue's `verify`
     task_type: str = ""  # the lesson recorded when it is sent back carries it
     # How likely it is to break the verify (a judge's revise round, a fix round, a re-run after the
-    # queue sent it back): each point halves the batch it may share.
+    # queue sent it back): a risky entry is verified alone before it joins a batch.
     risk: int = 0
     files: list[str] = field(default_factory=list)  # paths it changes (at most 20): risky when a culprit's
     # Set by the workflow (ignored when sent): when it was accepted, and the verify runs (batch ids)
@@ -66,6 +66,7 @@ class QueueEntry:
     verified_in: list[str] = field(default_factory=list)
     split_in: list[str] = field(default_factory=list)
     seq: int = 0  # its place in the queue: entries sent back from a batch rejoin it there
+    passed_alone: bool = False  # verified green apart from the train (a risky entry is, first)
 
 
 @dataclass
