@@ -18,6 +18,7 @@ from taskfleet.clients.connection import StartupError
 from taskfleet.clients.merge_queue import MergeQueueClient, merge_queue_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.default_branch import default_branch
+from taskfleet.core.merge_queue_validation import queue_numbers_problem, speculation_problem
 from taskfleet.core.models.merge_queue import EntryOutcome, MergeQueueConfig, MergeQueueStatus, QueueEntry
 
 
@@ -46,8 +47,13 @@ def _target(args: argparse.Namespace, repo: str) -> str:
 
 
 def _queue(args: argparse.Namespace, client: Client, repo: str) -> MergeQueueClient:
+    problem = (queue_numbers_problem(args.max_batch, args.max_wait_seconds, "--")
+               or speculation_problem(args.parallel, args.flake_retries, "--"))
+    if problem:
+        raise StartupError(problem.replace("_", "-"))
     config = MergeQueueConfig(repo=repo, target=_target(args, repo), remote=args.remote, verify=args.verify or "",
-                              max_batch=args.max_batch, max_wait_seconds=args.max_wait_seconds)
+                              max_batch=args.max_batch, max_wait_seconds=args.max_wait_seconds,
+                              parallel=args.parallel, flake_retries=args.flake_retries)
     return MergeQueueClient(client, config, args.task_queue)
 
 
@@ -110,18 +116,27 @@ def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
     c, s = status.config, status.stats
     lines = [
         f"{workflow_id}: {c.repo} -> {c.remote}/{c.target} (run {status.runs}), tip {status.target_tip[:12] or '?'}",
-        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}), refused inputs {s.refused_inputs}",
+        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}, culprit rate {s.culprit_rate}), "
+        f"verify runs in flight {s.in_flight} of {c.parallel}, refused inputs {s.refused_inputs}",
         f"  landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}; batches {s.batches}, "
         f"verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), bisection steps {s.bisection_steps}, "
         f"pushes {s.pushes}, rebuilds {s.rebuilds}; time in queue avg {s.queue_seconds_avg:.1f}s "
         f"max {s.queue_seconds_max:.1f}s",
+        f"  flaky runs {s.flaky_runs}, confirmation runs {s.confirm_runs}, cancelled runs {s.cancelled_runs}; "
+        f"a culprit takes {s.red_runs_needed or c.flake_retries + 1} red runs of one merge",
     ]
-    if status.in_flight:
+    for b in status.batches:
+        on = f"on {b.stacked_on}" if b.stacked_on else "on the tip"
+        part = f", part of {b.half_of}" if b.half_of else ""
+        red = f", red {b.reds} time(s)" if b.reds else ""
+        lines.append(f"  {b.lane:<8} {b.id} {b.stage}{red}, {len(b.entries)} entries {on}{part}: "
+                     f"{', '.join(e.id for e in b.entries[:6])}" + (" ..." if len(b.entries) > 6 else ""))
+    if status.in_flight and not status.batches:
         b = status.in_flight
         lines.append(f"  in flight: {b.id} ({len(b.entries)} entries, {b.stage})"
                      + (f", half of {b.half_of}" if b.half_of else ""))
-    for batch in status.halves:
-        lines.append(f"  waiting half {batch.id} of {batch.half_of}: {', '.join(e.id for e in batch.entries[:8])}")
+        for batch in status.halves:
+            lines.append(f"  waiting half {batch.id} of {batch.half_of}: {', '.join(e.id for e in batch.entries[:8])}")
     for entry in status.queue[:10]:
         lines.append(f"  queued {entry.id} ({entry.branch} at {entry.expect_commit[:12]})")
     if len(status.queue) > 10:
@@ -180,6 +195,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                         "default if this starts it)")
         p.add_argument("--max-batch", type=int, default=8, help="used if this starts the queue")
         p.add_argument("--max-wait-seconds", type=float, default=30.0, help="used if this starts the queue")
+        p.add_argument("--parallel", type=int, default=4, help="verify runs at once (if this starts the queue)")
+        p.add_argument("--flake-retries", type=int, default=1,
+                       help="runs again of a red entry's merge before it is a culprit (if this starts the queue)")
 
     add = group.add_parser("add", help="queue a branch (its current commit) to land on the target", **examples(
         "taskfleet queue add feature/a --repo /srv/clone --verify 'make test'",
@@ -193,7 +211,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--wait-timeout", type=float, default=3600.0)
     add.set_defaults(func=queue_add)
 
-    status = group.add_parser("status", help="queued entries, the batch in flight, recent outcomes and stats", **examples(
+    status = group.add_parser("status", help="queued entries, the batches in flight and what each is stacked on, "
+                              "flaky runs, recent outcomes and stats", **examples(
         "taskfleet queue status --repo /srv/clone", "taskfleet queue status --repo /srv/clone --target release --json"))
     target(status)
     status.add_argument("--json", action="store_true")
