@@ -137,6 +137,9 @@ async def one_queue(client, fx, entries: list[QueueEntry], culprits: set[str], c
         "every_tip_passes_verify": all(green) if check_env is not None else None,
         "tips_checked": len(green),
         "reasons": [o.reason[:200] for o in status.recent if o.status == "rejected"][:3],
+        "what_the_output_names": [line.strip()[:160] for o in status.recent if o.status == "rejected"
+                                  for line in o.output_tail.splitlines()
+                                  if re.search(r"FAIL|Failed example|Error", line)][:4],
     }
 
 
@@ -298,7 +301,7 @@ async def real_repo(client, root: Path, culprit_at: int, parallel: int) -> dict:
                                     heartbeat_timeout_seconds=5, **config)
     out["wall_ratio"] = round(out["speculative"]["wall_seconds"] / out["one_at_a_time"]["wall_seconds"], 3)
     out["floor_wall_ratio"] = 0.7
-    out["culprit_reason"] = out["speculative"]["reasons"][:1]
+    out["culprit_reason"] = out["speculative"]["reasons"][:1] + out["speculative"]["what_the_output_names"]
     out["floors_met"] = correct(out["speculative"]) and out["wall_ratio"] <= 0.7
     return out
 

@@ -202,7 +202,7 @@ class Train:
         b.reds += 1
         if b.lane == LANE_TRAIN:  # it leaves the train now; the batches stacked on it are rebuilt
             self.dissolve_above(b)
-            self.red(b)
+            self.red(b, finishing=True)
         self.settle()
 
     def confirmed(self, b: QueueBatch, out: VerifyOutput, run_id: str) -> None:
@@ -212,7 +212,9 @@ class Train:
         if out.passed:  # red before, green now on the same merge: a flake
             self.s.stats.flaky_runs += b.reds
             self.flaky(b.entries, b)
-            self.remove(b, requeue=True)
+            b.stage = STAGE_GREEN
+            if not self.join_train(b):
+                self.remove(b, requeue=True)
             return
         b.reds += 1
         self.settle()
@@ -228,7 +230,7 @@ class Train:
             what = "timed out" if out.timed_out else f"exited with {out.exit_code}"
             b.red_tail = f"{what}\n{out.output_tail}" if out.output_tail else what
 
-    def red(self, b: QueueBatch) -> None:
+    def red(self, b: QueueBatch, finishing: bool = False) -> None:
         """A red batch whose chain is green (or speculated green): confirm a single entry, split more."""
         self.requeue([h.entry for h in b.held])
         b.held = []
@@ -236,7 +238,8 @@ class Train:
             b.lane, b.stage = LANE_CONFIRM, STAGE_CONFIRMING
             return
         self.s.stats.bisection_steps += 1
-        count = max(2, min(len(b.entries), self.config.parallel - self.busy()))
+        free = self.config.parallel - self.busy() + finishing  # the run that said red is ending
+        count = max(2, min(len(b.entries), free))
         size = math.ceil(len(b.entries) / count)
         at = self.s.batches.index(b)
         self.s.batches.remove(b)
@@ -263,7 +266,8 @@ class Train:
                     if b.last_part:  # every part of a red batch passed: its red run was a flake
                         self.s.stats.flaky_runs += 1
                         self.flaky(b.entries, b)
-                    self.remove(b, requeue=True)
+                    if not self.join_train(b):
+                        self.remove(b, requeue=True)
                     changed = True
                 elif b.lane == LANE_ISOLATE and b.stage == STAGE_RED:
                     self.dissolve_above(b)
@@ -272,6 +276,17 @@ class Train:
                 elif b.lane == LANE_CONFIRM and b.reds >= self.red_runs_needed():
                     self.culprit(b)
                     changed = True
+
+    def join_train(self, b: QueueBatch) -> bool:
+        """A green batch beside the train joins it when it is stacked on the train's tail (or on the
+        tip, the train empty): it lands as verified, no run again. Else its entries rejoin the queue."""
+        train = self.lane(LANE_TRAIN)
+        if (train and b.stacked_on != train[-1].id) or (not train and b.stacked_on in self.live()):
+            return False
+        b.lane = LANE_TRAIN
+        self.s.batches.remove(b)
+        self.s.batches.append(b)
+        return True
 
     def culprit(self, b: QueueBatch) -> None:
         [entry] = b.entries
