@@ -57,7 +57,7 @@ async def test_two_tasks_that_pass_alone_but_break_together_one_is_rejected_with
 ):
     fx = library_remote(tmp_path)
     text = toml({"name": "semantic", "land": "queue", "verify": VERIFY, "max_parallel": 2, "queue_retries": 0,
-                 "task_type": "lib"},
+                 "task_type": "lib", "queue_parallel": 2, "queue_flake_retries": 2},
                 [{"id": "A", "scope": "rename greet to hello", "run": RENAME},
                  {"id": "B", "scope": "test a caller of greet", "run": CALLER}])
     async with make_worker():
@@ -78,6 +78,14 @@ async def test_two_tasks_that_pass_alone_but_break_together_one_is_rejected_with
     git(fx.remote, "merge-base", "--is-ancestor", landed[0].commit, "main")
     s = result.stats
     assert (s.queue_landed, s.queue_rejected, s.queue_resubmits, s.pushes) == (1, 1, 0, 1), s
+    # The board's queue settings reached the queue; a culprit took three red runs of its merge.
+    assert (status.config.parallel, status.config.flake_retries) == (2, 2), status.config
+    assert status.stats.confirm_runs >= 2 and "red 3 times" in failed[0].reason, (status.stats, failed[0])
+    # Its entry carried the paths it changed, which the queue's lesson keeps.
+    [lesson] = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()
+                if json.loads(line)["activity_type"] == "queue"]
+    changed = {"A": ["lib.py", "tests/test_greet.py"], "B": ["tests/test_caller.py"]}[failed[0].id]
+    assert lesson["metadata"]["files"] == changed, lesson
     assert s.queue_verify_runs == status.stats.verify_runs and s.queue_bisection_steps == status.stats.bisection_steps
     assert s.queue_seconds > 0
     lessons = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()]
@@ -158,6 +166,10 @@ async def test_a_claude_task_sent_back_by_the_queue_is_reimplemented_on_the_new_
     ("queue_retries = 99", "queue_retries"),
     ('queue_target = "bad..name"', "queue_target"),
     ("queue_verify = 7", "queue_verify"),
+    ("queue_parallel = 0", "queue_parallel"),
+    ("queue_parallel = 65", "queue_parallel"),
+    ("queue_flake_retries = -1", "queue_flake_retries"),
+    ('queue_flake_retries = "often"', "queue_flake_retries"),
     ('land = "queues"', "land"),
 ])
 def test_a_bad_queue_setting_refuses_the_board_naming_the_key(setting: str, named: str):
