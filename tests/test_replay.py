@@ -41,6 +41,7 @@ EXPECTED = {
     "git_batcher_replies_from_push",
     "git_batcher_flush_after",
     "orchestrator_last_tasks_land_together",
+    "merge_queue_speculating",
 }
 
 
