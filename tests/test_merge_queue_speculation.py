@@ -1,6 +1,6 @@
-"""The merge queue's speculation on a real server, real git and a bare remote: batches verified at once,
-each stacked on the one ahead; a speculation undone by a culprit ahead; flakes told from culprits;
-risky entries verified alone; every stage and base visible in `status`, the CLI and the Web UI."""
+"""The merge queue's speculation on a real server, real git and a bare remote: batches verified
+at once, each stacked on the one ahead; a speculation undone by a culprit ahead; flakes told from
+culprits; risky entries verified alone; every stage and base shown in `status`, CLI and Web UI."""
 
 from __future__ import annotations
 
@@ -11,22 +11,35 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from taskfleet.core.models.merge_queue import MergeQueueStatus
 from tests.conftest import GitRemoteFixture, eventually, git, save_history
-from tests.test_merge_queue import LIB, VERIFY, decided, entry, library_remote, outcomes, queue, queue_lessons
+from tests.test_merge_queue import (
+    LIB,
+    VERIFY,
+    decided,
+    entry,
+    library_remote,
+    outcomes,
+    queue,
+    queue_lessons,
+)
 from tests.user_cli import taskfleet
 
 
 def forward_only(fx: GitRemoteFixture) -> Path:
-    """A pre-receive hook that refuses any update of main that is not a fast-forward, and logs each new tip."""
+    """A pre-receive hook that refuses any update of main but a fast-forward, and logs each tip."""
     log = fx.remote.parent / "tips.log"
-    fx.install_hook("pre-receive", (
-        'while read old new ref; do\n'
-        '  if [ "$ref" = refs/heads/main ] && ! git merge-base --is-ancestor "$old" "$new"; then\n'
-        '    echo "not a fast-forward" >&2; exit 1\n'
-        '  fi\n'
-        f'  echo "$new" >> "{log}"\n'
-        'done\n'
-        f'echo push >> "{fx.push_log}"\n'
-    ))
+    fx.install_hook(
+        "pre-receive",
+        (
+            "while read old new ref; do\n"
+            '  if [ "$ref" = refs/heads/main ] && '
+            '! git merge-base --is-ancestor "$old" "$new"; then\n'
+            '    echo "not a fast-forward" >&2; exit 1\n'
+            "  fi\n"
+            f'  echo "$new" >> "{log}"\n'
+            "done\n"
+            f'echo push >> "{fx.push_log}"\n'
+        ),
+    )
     return log
 
 
@@ -41,7 +54,12 @@ def every_tip_passes(fx: GitRemoteFixture, log: Path, tmp: Path) -> bool:
 
 
 def in_main(fx: GitRemoteFixture, commit: str) -> bool:
-    return subprocess.run(["git", "merge-base", "--is-ancestor", commit, "main"], cwd=fx.remote).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "merge-base", "--is-ancestor", commit, "main"], cwd=fx.remote
+        ).returncode
+        == 0
+    )
 
 
 async def test_a_speculation_undone_by_a_culprit_ahead_is_rebuilt_without_it(
@@ -61,7 +79,9 @@ async def test_a_speculation_undone_by_a_culprit_ahead_is_rebuilt_without_it(
         status = await decided(q, 3)
         save_history("merge_queue_speculating", (await q.handle.fetch_history()).to_json())
     done = outcomes(status)
-    assert done["culprit"].status == "rejected" and "bye" in done["culprit"].output_tail, done["culprit"]
+    assert done["culprit"].status == "rejected" and "bye" in done["culprit"].output_tail, done[
+        "culprit"
+    ]
     assert not in_main(fx, culprit.expect_commit)
     for e in good:
         o = done[e.id]
@@ -78,8 +98,8 @@ async def test_a_flaky_single_entry_is_verified_again_on_the_same_merge_and_land
 ):
     fx = library_remote(tmp_path)
     once = tmp_path / "flaked"
-    # The first run of the suite fails for no reason of the change's (a flaky test); later ones pass.
-    flaky = f'if [ ! -e "{once}" ]; then touch "{once}"; echo "FAIL: test_network (flaky)"; exit 1; fi; '
+    # The suite's first run fails for no reason of the change's (a flaky test); later ones pass.
+    flaky = f'if [ ! -e "{once}" ]; then touch "{once}"; echo "FAIL: test_network"; exit 1; fi; '
     change = entry(fx, "change", {"notes/a.txt": "a\n"}, task_type="docs")
     q = queue(client, fx, task_queue, verify=flaky + VERIFY)
     async with make_worker():
@@ -93,15 +113,20 @@ async def test_a_flaky_single_entry_is_verified_again_on_the_same_merge_and_land
     s = status.stats
     assert (s.flaky_runs, s.confirm_runs, s.rejected, s.landed) == (1, 1, 0, 1), s
     [lesson] = queue_lessons(settings)
-    assert lesson["failure_type"] == "flaky" and "FAIL: test_network" in lesson["failure_msg"], lesson
+    assert lesson["failure_type"] == "flaky" and "FAIL: test_network" in lesson["failure_msg"], (
+        lesson
+    )
     assert lesson["task_type"] == "docs" and lesson["metadata"]["entries"] == ["change"]
 
 
-async def test_a_red_batch_whose_parts_all_pass_is_recorded_flaky_and_lands(client, make_worker, task_queue,
-                                                                             settings, tmp_path):
+async def test_a_red_batch_whose_parts_all_pass_is_recorded_flaky_and_lands(
+    client, make_worker, task_queue, settings, tmp_path
+):
     fx = library_remote(tmp_path)
     once = tmp_path / "flaked"
-    flaky = f'if [ ! -e "{once}" ]; then touch "{once}"; echo "FAIL: test_clock (flaky)"; exit 1; fi; '
+    flaky = (
+        f'if [ ! -e "{once}" ]; then touch "{once}"; echo "FAIL: test_clock (flaky)"; exit 1; fi; '
+    )
     entries = [entry(fx, f"e/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(4)]
     q = queue(client, fx, task_queue, max_batch=4, parallel=2, verify=flaky + VERIFY)
     async with make_worker():
@@ -120,7 +145,9 @@ async def test_a_risky_entry_is_verified_alone_and_a_risky_culprit_never_splits_
     client, make_worker, task_queue, tmp_path
 ):
     fx = library_remote(tmp_path)
-    culprit = entry(fx, "culprit", {"lib.py": LIB.replace("hi", "bye")}, risk=1)  # its judge asked for a revise
+    culprit = entry(
+        fx, "culprit", {"lib.py": LIB.replace("hi", "bye")}, risk=1
+    )  # its judge asked for a revise
     good = [entry(fx, f"good/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(3)]
     risky_good = entry(fx, "risky-good", {"notes/r.txt": "r\n"}, risk=2)
     q = queue(client, fx, task_queue, max_batch=8, parallel=2)
@@ -135,7 +162,9 @@ async def test_a_risky_entry_is_verified_alone_and_a_risky_culprit_never_splits_
     # the risky ones were verified on their own first: no other entry shared that run
     for risky in ("culprit", "risky-good"):
         first = done[risky].verified_in[0]
-        assert not any(first in o.verified_in for o in status.recent if o.entry_id != risky), status.recent
+        assert not any(first in o.verified_in for o in status.recent if o.entry_id != risky), (
+            status.recent
+        )
     assert status.stats.bisection_steps == 0, status.stats
 
 
@@ -159,17 +188,31 @@ async def test_status_the_cli_and_the_web_ui_show_each_batch_stage_and_base(
 
         status = await eventually(speculating)
         assert [(b.id, b.stacked_on, b.lane) for b in status.batches] == [
-            ("batch-1", "", "train"), ("batch-2", "batch-1", "train"), ("batch-3", "batch-2", "train")]
+            ("batch-1", "", "train"),
+            ("batch-2", "batch-1", "train"),
+            ("batch-3", "batch-2", "train"),
+        ]
         assert status.stats.in_flight == 3 and status.stats.parallel == 3
         meta = await q.handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
         details = meta.current_details
         assert "batch-2 [train] verifying, 1 entries on batch-1" in details, details
         assert "3 of 3 verify runs" in details and "flaky runs 0" in details, details
-        shown = await taskfleet(server_address, "queue", "status", "--repo", str(fx.clone), "--target", "main",
-                                cwd=tmp_path, task_queue=task_queue)
+        shown = await taskfleet(
+            server_address,
+            "queue",
+            "status",
+            "--repo",
+            str(fx.clone),
+            "--target",
+            "main",
+            cwd=tmp_path,
+            task_queue=task_queue,
+        )
         assert shown.returncode == 0, shown.stderr
         assert "train    batch-3 verifying, 1 entries on batch-2: s/2" in shown.stdout, shown.stdout
-        assert "verify runs in flight 3 of 3" in shown.stdout and "flaky runs 0" in shown.stdout, shown.stdout
+        assert "verify runs in flight 3 of 3" in shown.stdout and "flaky runs 0" in shown.stdout, (
+            shown.stdout
+        )
         release.touch()
         status = await decided(q, 3)
     assert status.stats.landed == 3 and status.stats.pushes <= 3 and not status.batches

@@ -47,7 +47,9 @@ with workflow.unsafe.imports_passed_through():
 
 TRAIL = 20  # verify runs and splits remembered per entry
 FATES = 50  # decided entries the culprit rate is measured over
-FATES_FLOOR = 20  # ... counted as at least this many, so one early culprit does not halve the window
+FATES_FLOOR = (
+    20  # ... counted as at least this many, so one early culprit does not halve the window
+)
 CULPRIT_FILES = 200
 FLAKE_TARGET = 1e-3  # a good entry is rejected by flakes at most this often
 MAX_EXTRA_RUNS = 4
@@ -57,11 +59,17 @@ class Train:
     """Batches in flight and the queue they come from (state through the constructor: the
     workflow's `MergeQueueState`); `decide` answers an entry, `flaky` records a flake's lesson."""
 
-    def __init__(self, s: MergeQueueState, config: MergeQueueConfig, decide: Callable[..., object],
-                 flaky: Callable[[list[QueueEntry], QueueBatch], None], busy: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        s: MergeQueueState,
+        config: MergeQueueConfig,
+        decide: Callable[..., object],
+        flaky: Callable[[list[QueueEntry], QueueBatch], None],
+        busy: Callable[[], int],
+    ) -> None:
         self.s, self.config, self.decide, self.flaky, self.busy = s, config, decide, flaky, busy
 
-    # --- what is in flight -------------------------------------------------------------------------
+    # --- what is in flight -----------------------------------------------------------------------
 
     def live(self) -> dict[str, QueueBatch]:
         return {b.id: b for b in self.s.batches}
@@ -82,13 +90,13 @@ class Train:
         return all(x.stage == STAGE_GREEN for x in self.below(b))
 
     def base_of(self, b: QueueBatch) -> Optional[str]:
-        """The commit to merge `b` onto ("" the target's tip), or None until the one below is merged."""
+        """The commit to merge `b` onto ("": the tip), or None until the one below is merged."""
         on = self.live().get(b.stacked_on)
         if on is None:
             return ""
         return on.merged_commit or None
 
-    # --- the queue side ----------------------------------------------------------------------------
+    # --- the queue side --------------------------------------------------------------------------
 
     def culprit_rate(self) -> float:
         fates = self.s.fates[-FATES:]
@@ -104,13 +112,15 @@ class Train:
         return max(1, min(self.config.max_batch, fits))
 
     def red_runs_needed(self) -> int:
-        """Red runs of one merge that make a culprit: 1 + flake_retries, more while the suite has been
-        flaky lately, so that a good entry is rejected at most once in 1/FLAKE_TARGET."""
+        """Red runs of one merge that make a culprit: 1 + flake_retries, more while the suite has
+        been flaky lately, so that a good entry is rejected at most once in 1/FLAKE_TARGET."""
         needed = 1 + self.config.flake_retries
         st = self.s.stats
         if st.flaky_runs and st.verify_runs:
             rate = min(0.5, st.flaky_runs / st.verify_runs)
-            needed = max(needed, min(1 + MAX_EXTRA_RUNS, math.ceil(math.log(FLAKE_TARGET) / math.log(rate))))
+            needed = max(
+                needed, min(1 + MAX_EXTRA_RUNS, math.ceil(math.log(FLAKE_TARGET) / math.log(rate)))
+            )
         return needed
 
     def requeue(self, entries: list[QueueEntry]) -> None:
@@ -120,8 +130,8 @@ class Train:
             self.s.flush_requested = True
 
     def risky(self, entry: QueueEntry) -> bool:
-        """Likely to break the verify (taskfleet's signals, or a path a recent culprit changed), and not
-        yet verified on its own."""
+        """Likely to break the verify (taskfleet's signals, or a path a recent culprit changed), and
+        not yet verified on its own."""
         files = set(self.s.culprit_files)
         return not entry.passed_alone and (entry.risk > 0 or any(f in files for f in entry.files))
 
@@ -129,10 +139,10 @@ class Train:
         return entry.verify or self.config.verify
 
     def cut(self, free: int) -> QueueBatch:
-        """The next batch from the head of the queue, in order: the entries sharing the head's verify
-        command, a full window or what is due spread over the free slots (a short queue is verified
-        in parallel parts, not in one batch), up to a risky entry. A risky entry at the head is
-        verified alone first, beside the train: a culprit then never takes a batch down with it."""
+        """The next batch from the head of the queue, in order: the entries sharing the head's
+        verify command, a full window or what is due spread over the free slots (a short queue is
+        verified in parallel parts, not in one batch), up to a risky entry. A risky entry at the
+        head is verified alone first, beside the train: a culprit then takes no batch down."""
         window = self.window()
         self.s.stats.window = self.s.window = window
         train = self.lane(LANE_TRAIN)
@@ -159,15 +169,30 @@ class Train:
             self.s.flush_requested = False
         return self.add(taken, verify, LANE_TRAIN, tail)
 
-    def add(self, entries: list[QueueEntry], verify: str, lane: str, on: str, part_of: str = "",
-            at: Optional[int] = None) -> QueueBatch:
-        batch = QueueBatch(id=f"batch-{self.s.next_batch}", entries=entries, verify=verify, half_of=part_of,
-                           started_at=workflow.now().isoformat(), lane=lane, stacked_on=on, stage=STAGE_WAITING)
+    def add(
+        self,
+        entries: list[QueueEntry],
+        verify: str,
+        lane: str,
+        on: str,
+        part_of: str = "",
+        at: Optional[int] = None,
+    ) -> QueueBatch:
+        batch = QueueBatch(
+            id=f"batch-{self.s.next_batch}",
+            entries=entries,
+            verify=verify,
+            half_of=part_of,
+            started_at=workflow.now().isoformat(),
+            lane=lane,
+            stacked_on=on,
+            stage=STAGE_WAITING,
+        )
         self.s.next_batch += 1
         self.s.batches.insert(len(self.s.batches) if at is None else at, batch)
         return batch
 
-    # --- results -----------------------------------------------------------------------------------
+    # --- results ---------------------------------------------------------------------------------
 
     def built(self, b: QueueBatch, out: BuildOutput) -> None:
         """Entries that cannot merge are answered (or held until the batch lands); a batch left
@@ -185,10 +210,21 @@ class Train:
             elif fate is not None and fate.status == MERGE_CONFLICT and fate.with_batch:
                 b.held.append(HeldEntry(entry, fate.reason, fate.files))
             elif fate is not None and fate.status == MERGE_CONFLICT:
-                self.decide(entry, ENTRY_CONFLICT, fate.reason, commit=out.tip, batch_id=b.id, files=fate.files)
-            else:  # its branch is missing or moved: the sender's to fix, not a lesson about the change
-                reason = fate.reason if fate is not None else "the merge step reported nothing for it"
-                self.decide(entry, ENTRY_REJECTED, reason, commit=out.tip, batch_id=b.id, lesson=False)
+                self.decide(
+                    entry,
+                    ENTRY_CONFLICT,
+                    fate.reason,
+                    commit=out.tip,
+                    batch_id=b.id,
+                    files=fate.files,
+                )
+            else:  # its branch is missing or moved: the sender's to fix, not a lesson
+                reason = (
+                    fate.reason if fate is not None else "the merge step reported nothing for it"
+                )
+                self.decide(
+                    entry, ENTRY_REJECTED, reason, commit=out.tip, batch_id=b.id, lesson=False
+                )
         b.entries = merged
         if not merged:
             self.remove(b, requeue=True)
@@ -231,7 +267,7 @@ class Train:
             b.red_tail = f"{what}\n{out.output_tail}" if out.output_tail else what
 
     def red(self, b: QueueBatch, finishing: bool = False) -> None:
-        """A red batch whose chain is green (or speculated green): confirm a single entry, split more."""
+        """A red batch, its chain green (or speculated so): confirm a single entry, split more."""
         self.requeue([h.entry for h in b.held])
         b.held = []
         if len(b.entries) == 1:
@@ -245,10 +281,12 @@ class Train:
         self.s.batches.remove(b)
         part = None
         for start in range(0, len(b.entries), size):
-            chunk = b.entries[start:start + size]
+            chunk = b.entries[start : start + size]
             for entry in chunk:
                 entry.split_in = (entry.split_in + [b.id])[-TRAIL:]
-            part = self.add(chunk, b.verify, LANE_ISOLATE, part.id if part else b.stacked_on, b.id, at)
+            part = self.add(
+                chunk, b.verify, LANE_ISOLATE, part.id if part else b.stacked_on, b.id, at
+            )
             at += 1
         part.last_part, part.red_tail = True, b.red_tail
 
@@ -278,8 +316,8 @@ class Train:
                     changed = True
 
     def join_train(self, b: QueueBatch) -> bool:
-        """A green batch beside the train joins it when it is stacked on the train's tail (or on the
-        tip, the train empty): it lands as verified, no run again. Else its entries rejoin the queue."""
+        """A green batch beside the train joins it when stacked on the train's tail (or on the tip,
+        the train empty): it lands as verified, no run again. Else its entries rejoin the queue."""
         train = self.lane(LANE_TRAIN)
         if (train and b.stacked_on != train[-1].id) or (not train and b.stacked_on in self.live()):
             return False
@@ -292,16 +330,21 @@ class Train:
         [entry] = b.entries
         where = f"{self.config.target} at {b.base_tip[:12]}" if b.base_tip else self.config.target
         what, _, tail = b.red_tail.partition("\n")
-        self.decide(entry, ENTRY_REJECTED,
-                    f"verify `{clip(b.verify, 200)}` {what}, red {b.reds} times on {entry.branch} merged onto "
-                    f"{where} ({b.id}, the same merge each time)",
-                    commit=b.base_tip, batch_id=b.id, output_tail=tail)
+        self.decide(
+            entry,
+            ENTRY_REJECTED,
+            f"verify `{clip(b.verify, 200)}` {what}, red {b.reds} times on {entry.branch} merged "
+            f"onto {where} ({b.id}, the same merge each time)",
+            commit=b.base_tip,
+            batch_id=b.id,
+            output_tail=tail,
+        )
         self.s.fates = (self.s.fates + [1])[-FATES:]
         self.s.culprit_files = (self.s.culprit_files + entry.files)[-CULPRIT_FILES:]
         self.s.stats.culprit_rate = round(self.culprit_rate(), 3)
         self.remove(b)
 
-    # --- the train lands ---------------------------------------------------------------------------
+    # --- the train lands -------------------------------------------------------------------------
 
     def landable(self) -> list[QueueBatch]:
         """The green batches at the head of the train: one push lands them all."""
@@ -318,23 +361,35 @@ class Train:
         last = prefix[-1]
         for b in prefix:
             for entry in b.entries:
-                self.decide(entry, ENTRY_LANDED, f"landed with {last.id}", commit=pushed.tip, batch_id=b.id,
-                            pushed_in=last.id)
+                self.decide(
+                    entry,
+                    ENTRY_LANDED,
+                    f"landed with {last.id}",
+                    commit=pushed.tip,
+                    batch_id=b.id,
+                    pushed_in=last.id,
+                )
             self.s.fates = (self.s.fates + [0] * len(b.entries))[-FATES:]
             for held in b.held:  # it conflicts with what landed ahead of it: redo it on the new tip
-                self.decide(held.entry, ENTRY_CONFLICT, held.reason, commit=pushed.tip, batch_id=b.id,
-                            files=held.files)
+                self.decide(
+                    held.entry,
+                    ENTRY_CONFLICT,
+                    held.reason,
+                    commit=pushed.tip,
+                    batch_id=b.id,
+                    files=held.files,
+                )
             b.held = []
             self.remove(b)
         self.s.stats.culprit_rate = round(self.culprit_rate(), 3)
 
     def moved(self, tip: str) -> None:
-        """The target moved under the train (someone pushed): everything is rebuilt on the new tip."""
+        """The target moved under the train (someone pushed): all is rebuilt on the new tip."""
         self.s.stats.rebuilds += 1
         self.s.target_tip = tip
         self.fold()
 
-    # --- taking batches apart ----------------------------------------------------------------------
+    # --- taking batches apart --------------------------------------------------------------------
 
     def remove(self, b: QueueBatch, requeue: bool = False) -> None:
         """`b` leaves; what was stacked on it now stands on what `b` stood on."""
