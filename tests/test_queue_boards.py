@@ -80,7 +80,8 @@ async def test_two_tasks_that_pass_alone_but_break_together_one_is_rejected_with
     assert (s.queue_landed, s.queue_rejected, s.queue_resubmits, s.pushes) == (1, 1, 0, 1), s
     # The board's queue settings reached the queue; a culprit took three red runs of its merge.
     assert (status.config.parallel, status.config.flake_retries) == (2, 2), status.config
-    assert status.stats.confirm_runs >= 2 and "red 3 times" in failed[0].reason, (status.stats, failed[0])
+    assert status.stats.confirm_runs >= 2, status.stats
+    assert "red 3 times" in failed[0].reason, failed[0]
     # Its entry carried the paths it changed, which the queue's lesson keeps.
     [lesson] = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()
                 if json.loads(line)["activity_type"] == "queue"]

@@ -163,7 +163,8 @@ class MergeQueueWorkflow(StepsMixin, BatchesMixin, OutcomesMixin):
 
     def _held_entries(self) -> list[QueueEntry]:
         batches = self.s.halves + self.s.batches
-        return [e for b in batches for e in b.entries + [h.entry for h in b.held]] + list(self.s.queue)
+        held = [e for b in batches for e in b.entries + [h.entry for h in b.held]]
+        return held + list(self.s.queue)
 
     def _hold(self, entry: QueueEntry) -> None:
         size = json_size(entry)
@@ -262,7 +263,8 @@ class MergeQueueWorkflow(StepsMixin, BatchesMixin, OutcomesMixin):
         self._live_stats()
         train = [b for b in self.s.batches if b.lane == LANE_TRAIN]
         return MergeQueueStatus(
-            config=self.config, queue=self.s.queue, in_flight=self._in_flight or (train[0] if train else None),
+            config=self.config, queue=self.s.queue,
+            in_flight=self._in_flight or (train[0] if train else None),
             halves=self.s.halves or [b for b in self.s.batches if b.lane == LANE_ISOLATE],
             recent=self.s.recent, rejected=self.s.rejected, stats=self.s.stats, runs=self.s.runs,
             target_tip=self.s.target_tip, last_error=self.s.last_error, retry_at=self.s.retry_at,
@@ -292,16 +294,19 @@ class MergeQueueWorkflow(StepsMixin, BatchesMixin, OutcomesMixin):
             "",
             f"- queued entries: {len(self.s.queue)}, window {self.s.window} (max {c.max_batch}), "
             f"culprit rate {s.culprit_rate}",
-            f"- landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}, flaky runs {s.flaky_runs}",
+            f"- landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}, "
+            f"flaky runs {s.flaky_runs}",
             f"- verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), bisection steps "
-            f"{s.bisection_steps}, pushes {s.pushes}, rebuilds {s.rebuilds}, cancelled {s.cancelled_runs}",
+            f"{s.bisection_steps}, pushes {s.pushes}, rebuilds {s.rebuilds}, "
+            f"cancelled {s.cancelled_runs}",
             f"- refused inputs: {s.refused_inputs}",
         ]
         if flight:
-            lines.insert(3, f"- in flight: {flight.id} ({len(flight.entries)} entries, {flight.stage})")
+            lines.insert(3, f"- in flight: {flight.id} ({len(flight.entries)} entries, "
+                            f"{flight.stage})")
         if self.train is not None:
-            lines.insert(3, f"- in flight: {s.in_flight} of {c.parallel} verify runs; a culprit takes "
-                            f"{s.red_runs_needed} red runs of one merge")
+            lines.insert(3, f"- in flight: {s.in_flight} of {c.parallel} verify runs; a culprit "
+                            f"takes {s.red_runs_needed} red runs of one merge")
             needed = s.red_runs_needed
             lines[4:4] = [f"  - {stage_line(b, needed)}" for b in self.s.batches[:12]]
             if len(self.s.batches) > 12:

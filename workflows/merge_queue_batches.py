@@ -77,8 +77,9 @@ class BatchesMixin:
         """The run loop of a queue started before speculation: one batch at a time."""
         self.s.window = max(1, min(self.s.window or self.config.max_batch, self.config.max_batch))
         self.s.stats.window = self.s.window
-        workflow.logger.info("merge queue %s -> %s/%s run %d: %d queued, %d halves carried", self.config.repo,
-                             self.config.remote, self.config.target, self.s.runs, len(self.s.queue), len(self.s.halves))
+        c, s = self.config, self.s
+        workflow.logger.info("merge queue %s -> %s/%s run %d: %d queued, %d halves carried", c.repo,
+                             c.remote, c.target, s.runs, len(s.queue), len(s.halves))
         self._refresh_details()
         while True:
             # The timer is armed for the head of the queue as it is now; a new head (an entry into
@@ -86,8 +87,8 @@ class BatchesMixin:
             armed = self._wake_key()
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self._outbox) or self._should_continue_as_new() or self._work_ready()
-                    or self._wake_key() != armed,
+                    lambda: bool(self._outbox) or self._should_continue_as_new()
+                    or self._work_ready() or self._wake_key() != armed,
                     timeout=self._next_wake(), timeout_summary="a batch is due",
                 )
             except asyncio.TimeoutError:

@@ -125,13 +125,17 @@ class OutcomesMixin:
         output, so the suite's owners see which test flakes; its entries go on."""
         what, _, tail = batch.red_tail.partition("\n")
         branches = [e.branch for e in entries]
-        workflow.logger.info("%s: a flaky red run (%s) on %s", batch.id, what, ", ".join(branches[:5]))
+        workflow.logger.info("%s: a flaky red run (%s) on %s", batch.id, what,
+                             ", ".join(branches[:5]))
         self._lessons.append(Lesson(
-            task_type=entries[0].task_type if entries else "", activity_type="queue", failure_type="flaky",
-            failure_msg=(f"verify `{clip(batch.verify, 200)}` {what} on {batch.half_of or batch.id}, then passed "
-                         f"on the same merge\n{tail[-LESSON_TAIL_CHARS:]}"),
-            metadata={"entries": [e.id for e in entries][:20], "branches": branches[:20], "batch": batch.id,
-                      "target": self.config.target, "queue": workflow.info().workflow_id,
+            task_type=entries[0].task_type if entries else "", activity_type="queue",
+            failure_type="flaky",
+            failure_msg=(f"verify `{clip(batch.verify, 200)}` {what} on "
+                         f"{batch.half_of or batch.id}, then passed on the same merge\n"
+                         f"{tail[-LESSON_TAIL_CHARS:]}"),
+            metadata={"entries": [e.id for e in entries][:20], "branches": branches[:20],
+                      "batch": batch.id, "target": self.config.target,
+                      "queue": workflow.info().workflow_id,
                       "files": sorted({f for e in entries for f in e.files})[:20]},
         ))
 

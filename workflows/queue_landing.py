@@ -72,8 +72,10 @@ class QueueLandingMixin:
         board = self.params.board
         retry: Optional[QueueRetry] = self.s.queue_retries.get(task_input.task.id)
         landing = QueueLanding(target=self._queue_target(), verify=board.queue_verify,
-                               max_batch=board.queue_max_batch, max_wait_seconds=board.queue_max_wait_seconds,
-                               parallel=board.queue_parallel, flake_retries=board.queue_flake_retries)
+                               max_batch=board.queue_max_batch,
+                               max_wait_seconds=board.queue_max_wait_seconds,
+                               parallel=board.queue_parallel,
+                               flake_retries=board.queue_flake_retries)
         if retry is None:
             return replace(task_input, queue=landing)
         landing.attempt, landing.feedback, landing.start_commit = retry.attempt, retry.feedback, retry.start_commit

@@ -131,8 +131,8 @@ def build_chain(params: BuildInput) -> BuildOutput:
         env = commit_env(repo)
         base = params.base or tip
         if params.base and not ref_commit(repo, params.base):
-            raise ApplicationError(f"the commit {params.base[:12]} to build {params.batch_id} on is not in the clone",
-                                   type="FetchFailed")
+            raise ApplicationError(f"the commit {params.base[:12]} to build {params.batch_id} on "
+                                   "is not in the clone", type="FetchFailed")
         chain, merges = (base, repo.git.rev_parse(f"{base}^{{tree}}")), []
         for entry in params.entries:
             try:
@@ -144,7 +144,8 @@ def build_chain(params: BuildInput) -> BuildOutput:
         current = chain[0]
         if current != base:  # keeps the chain's objects reachable until the next batch replaces it
             repo.git.update_ref(params.queue_ref.rsplit("/", 1)[0] + "/candidate", current)
-        return BuildOutput(params.batch_id, tip, current, merges, time.monotonic() - started, base=base)
+        seconds = time.monotonic() - started
+        return BuildOutput(params.batch_id, tip, current, merges, seconds, base=base)
     finally:
         repo.close()
 

@@ -48,10 +48,12 @@ def risk_of(params: TaskInput, result: TaskResult) -> int:
 
 
 def changed_files(repo: str, base: str, commit: str) -> list[str]:
-    """The paths the task's commit changes against its base (at most MAX_FILES; [] if git cannot tell)."""
+    """The paths the task's commit changes against its base (at most MAX_FILES; [] if git cannot
+    tell)."""
+    command = ["git", "-C", repo, "diff", "--name-only", "--no-renames", f"{base}...{commit}"]
     try:
-        out = subprocess.run(["git", "-C", repo, "diff", "--name-only", "--no-renames", f"{base}...{commit}"],
-                             capture_output=True, text=True, timeout=60, check=True, stdin=subprocess.DEVNULL)
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True,
+                             stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return []
     return [p for p in out.stdout.splitlines() if 0 < len(p) <= MAX_FILE_CHARS][:MAX_FILES]
@@ -66,12 +68,14 @@ async def submit_to_queue(params: TaskInput, result: TaskResult) -> None:
     except Exception:  # noqa: BLE001 - the paths only sharpen batching; the entry goes without them
         base = ""
     files = await asyncio.to_thread(changed_files, params.repo, base, result.commit) if base else []
-    entry = QueueEntry(branch=task.branch, expect_commit=result.commit, id=landing_op_id(params.run_key, task.id),
-                       reply_to=params.reply_to, verify=landing.verify or task.verify, task_type=task.task_type,
+    entry = QueueEntry(branch=task.branch, expect_commit=result.commit,
+                       id=landing_op_id(params.run_key, task.id), reply_to=params.reply_to,
+                       verify=landing.verify or task.verify, task_type=task.task_type,
                        risk=min(risk_of(params, result), MAX_RISK), files=files)
-    config = MergeQueueConfig(repo=params.repo, target=landing.target, remote=params.remote, verify=landing.verify,
-                              max_batch=landing.max_batch, max_wait_seconds=landing.max_wait_seconds,
-                              parallel=landing.parallel, flake_retries=landing.flake_retries)
+    config = MergeQueueConfig(repo=params.repo, target=landing.target, remote=params.remote,
+                              verify=landing.verify, max_batch=landing.max_batch,
+                              max_wait_seconds=landing.max_wait_seconds, parallel=landing.parallel,
+                              flake_retries=landing.flake_retries)
     client = activity.client()
 
     async def start(options: dict) -> object:

@@ -116,27 +116,31 @@ def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
     c, s = status.config, status.stats
     lines = [
         f"{workflow_id}: {c.repo} -> {c.remote}/{c.target} (run {status.runs}), tip {status.target_tip[:12] or '?'}",
-        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}, culprit rate {s.culprit_rate}), "
-        f"verify runs in flight {s.in_flight} of {c.parallel}, refused inputs {s.refused_inputs}",
+        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}, culprit rate "
+        f"{s.culprit_rate}), verify runs in flight {s.in_flight} of {c.parallel}, refused inputs "
+        f"{s.refused_inputs}",
         f"  landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}; batches {s.batches}, "
         f"verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), bisection steps {s.bisection_steps}, "
         f"pushes {s.pushes}, rebuilds {s.rebuilds}; time in queue avg {s.queue_seconds_avg:.1f}s "
         f"max {s.queue_seconds_max:.1f}s",
-        f"  flaky runs {s.flaky_runs}, confirmation runs {s.confirm_runs}, cancelled runs {s.cancelled_runs}; "
-        f"a culprit takes {s.red_runs_needed or c.flake_retries + 1} red runs of one merge",
+        f"  flaky runs {s.flaky_runs}, confirmation runs {s.confirm_runs}, cancelled runs "
+        f"{s.cancelled_runs}; a culprit takes {s.red_runs_needed or c.flake_retries + 1} red "
+        "runs of one merge",
     ]
     for b in status.batches:
         on = f"on {b.stacked_on}" if b.stacked_on else "on the tip"
         part = f", part of {b.half_of}" if b.half_of else ""
         red = f", red {b.reds} time(s)" if b.reds else ""
+        ids = ", ".join(e.id for e in b.entries[:6]) + (" ..." if len(b.entries) > 6 else "")
         lines.append(f"  {b.lane:<8} {b.id} {b.stage}{red}, {len(b.entries)} entries {on}{part}: "
-                     f"{', '.join(e.id for e in b.entries[:6])}" + (" ..." if len(b.entries) > 6 else ""))
+                     f"{ids}")
     if status.in_flight and not status.batches:
         b = status.in_flight
         lines.append(f"  in flight: {b.id} ({len(b.entries)} entries, {b.stage})"
                      + (f", half of {b.half_of}" if b.half_of else ""))
         for batch in status.halves:
-            lines.append(f"  waiting half {batch.id} of {batch.half_of}: {', '.join(e.id for e in batch.entries[:8])}")
+            ids = ", ".join(e.id for e in batch.entries[:8])
+            lines.append(f"  waiting half {batch.id} of {batch.half_of}: {ids}")
     for entry in status.queue[:10]:
         lines.append(f"  queued {entry.id} ({entry.branch} at {entry.expect_commit[:12]})")
     if len(status.queue) > 10:
@@ -195,9 +199,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                         "default if this starts it)")
         p.add_argument("--max-batch", type=int, default=8, help="used if this starts the queue")
         p.add_argument("--max-wait-seconds", type=float, default=30.0, help="used if this starts the queue")
-        p.add_argument("--parallel", type=int, default=4, help="verify runs at once (if this starts the queue)")
+        p.add_argument("--parallel", type=int, default=4,
+                       help="verify runs at once (used if this starts the queue)")
         p.add_argument("--flake-retries", type=int, default=1,
-                       help="runs again of a red entry's merge before it is a culprit (if this starts the queue)")
+                       help="runs again of a red entry's merge before it is a culprit "
+                            "(used if this starts the queue)")
 
     add = group.add_parser("add", help="queue a branch (its current commit) to land on the target", **examples(
         "taskfleet queue add feature/a --repo /srv/clone --verify 'make test'",
@@ -211,8 +217,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--wait-timeout", type=float, default=3600.0)
     add.set_defaults(func=queue_add)
 
-    status = group.add_parser("status", help="queued entries, the batches in flight and what each is stacked on, "
-                              "flaky runs, recent outcomes and stats", **examples(
+    status = group.add_parser("status", help="queued entries, the batches in flight and what each "
+                              "is stacked on, flaky runs, recent outcomes and stats", **examples(
         "taskfleet queue status --repo /srv/clone", "taskfleet queue status --repo /srv/clone --target release --json"))
     target(status)
     status.add_argument("--json", action="store_true")

@@ -25,8 +25,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 MARKDOWN_COLUMNS = ("id", "scope", "status", "branch", "verification")
-QUEUE_KEYS = ("queue_verify", "queue_target", "queue_max_batch", "queue_max_wait_seconds", "queue_retries",
-              "queue_parallel", "queue_flake_retries")
+QUEUE_KEYS = ("queue_verify", "queue_target", "queue_max_batch", "queue_max_wait_seconds",
+              "queue_retries", "queue_parallel", "queue_flake_retries")
 LANDINGS = ("push", "merge", "queue")
 BOARD_KEYS = {"name", "base", "max_parallel", "land", "run", "verify", "template", "task_type",
               "activity_type", "timeout_seconds", "refresh", "worktree", "env", "tasks", *QUEUE_KEYS} \

@@ -14,7 +14,8 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from taskfleet.core.search_attributes import is_unknown_search_attribute, tagged
 
 T = TypeVar("T")
-_SENT = {f.name for f in fields(QueueEntry)} - {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}
+_SET_BY_QUEUE = {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}
+_SENT = {f.name for f in fields(QueueEntry)} - _SET_BY_QUEUE
 
 
 def queue_start_options(config: MergeQueueConfig, task_queue: str, search_attributes: bool = True) -> dict[str, Any]:

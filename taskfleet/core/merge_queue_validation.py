@@ -155,8 +155,9 @@ def speculation_problem(parallel: Any, flake_retries: Any, prefix: str = "") -> 
 
 def queue_board_problem(settings: Any) -> str | None:
     """Why a board's `queue_*` keys cannot run (the key named), or None. `settings` is a `Board`."""
-    problem = (queue_numbers_problem(settings.queue_max_batch, settings.queue_max_wait_seconds, "queue_")
-               or speculation_problem(settings.queue_parallel, settings.queue_flake_retries, "queue_"))
+    b = settings
+    problem = (queue_numbers_problem(b.queue_max_batch, b.queue_max_wait_seconds, "queue_")
+               or speculation_problem(b.queue_parallel, b.queue_flake_retries, "queue_"))
     if problem:
         return problem
     if not _whole(settings.queue_retries) or not 0 <= settings.queue_retries <= 20:

@@ -59,7 +59,7 @@ class QueueEntry:
     # How likely it is to break the verify (a judge's revise round, a fix round, a re-run after the
     # queue sent it back): a risky entry is verified alone before it joins a batch.
     risk: int = 0
-    files: list[str] = field(default_factory=list)  # paths it changes (at most 20): risky when a culprit's
+    files: list[str] = field(default_factory=list)  # paths it changes (at most 20)
     # Set by the workflow (ignored when sent): when it was accepted, and the verify runs (batch ids)
     # and bisection steps it took part in, so a run can count what its entries cost.
     enqueued_at: str = ""
@@ -79,7 +79,7 @@ class MergeQueueConfig:
     verify: str = ""  # default command run on each batch's merged result
     max_batch: int = 8  # the most entries a batch takes (fewer while culprits are frequent)
     max_wait_seconds: float = 30.0  # a batch starts once the oldest entry has waited this long
-    parallel: int = 4  # verify runs at once: batches stacked on the ones ahead, parts, confirmations
+    parallel: int = 4  # verify runs at once: stacked batches, parts of red ones, confirmations
     flake_retries: int = 1  # more red runs of the same merge before a single entry is a culprit
     verify_timeout_seconds: float = 1800.0
     # How long a verify or push may go without a heartbeat before another worker takes it over.
@@ -123,7 +123,7 @@ class QueueOutcomes:
 
 @dataclass
 class HeldEntry:
-    """An entry that does not merge with the entries ahead of it in its batch (but does onto the tip)."""
+    """An entry that does not merge with the entries ahead of it (but does onto the tip)."""
 
     entry: QueueEntry
     reason: str = ""
@@ -147,7 +147,7 @@ class QueueBatch:
     stacked_on: str = ""  # the batch whose merged commit it is built on ("": the target's tip)
     reds: int = 0  # red runs of its merge (a confirmation needs several)
     runs: int = 0  # confirmation runs in flight
-    last_part: bool = False  # the last part of a red batch: green with all before it, the red was a flake
+    last_part: bool = False  # of a red batch: green with all before it, the red was a flake
     red_tail: str = ""  # the end of the output of its last red run (a culprit's, a flake's)
     # Entries that conflict only with entries ahead of them: answered when it lands, else requeued.
     held: list[HeldEntry] = field(default_factory=list)
@@ -175,7 +175,7 @@ class MergeQueueStats:
     confirm_runs: int = 0  # runs of a red single entry's merge again
     cancelled_runs: int = 0  # verify runs stopped because a batch ahead of them went red
     culprit_rate: float = 0.0  # of the entries decided lately, the share rejected by the verify
-    red_runs_needed: int = 0  # red runs of one merge that make a culprit, now (flake_retries + 1 or more)
+    red_runs_needed: int = 0  # red runs of one merge making a culprit (flake_retries + 1 or more)
     in_flight: int = 0  # verify runs now
     parallel: int = 0  # ... at most
 
@@ -219,7 +219,7 @@ class MergeQueueState:
     retry_at: str = ""
     failures: int = 0  # infrastructure failures in a row (the wait before the next try doubles)
     batches: list[QueueBatch] = field(default_factory=list)  # in flight (none once carried)
-    fates: list[int] = field(default_factory=list)  # the latest decided entries: 1 culprit, 0 landed
+    fates: list[int] = field(default_factory=list)  # latest decided entries: 1 culprit, 0 landed
     culprit_files: list[str] = field(default_factory=list)  # paths recent culprits changed
     next_seq: int = 1
 
@@ -282,7 +282,7 @@ class BuildOutput:
     head: str  # the chain's last commit (== tip when nothing merged)
     merges: list[EntryMerge]
     seconds: float = 0.0
-    base: str = ""  # the commit the chain was built on (the tip, or the batch ahead's merged commit)
+    base: str = ""  # the commit the chain was built on (the tip, or the merge of the batch ahead)
 
 
 @dataclass
