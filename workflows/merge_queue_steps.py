@@ -14,16 +14,15 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
-from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-
 from taskfleet.workflows.merge_queue_batches import (
+    BACKOFF_MAX_SECONDS,
     CANNOT_LAND,
     GIT_RETRY,
     VERIFY_RETRY,
-    BACKOFF_MAX_SECONDS,
 )
 from taskfleet.workflows.merge_queue_train import Train
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.bounded import clip
@@ -58,9 +57,9 @@ PUSH = "push"
 
 
 class StepsMixin:
-    """The speculating run loop (mixed into `MergeQueueWorkflow`, which provides `_tell`, `_decide`,
-    `_flaky`, `_batch_due`, `_wake_key`, `_next_wake`, `_queue_ref`, `_refresh_details` and the
-    continue-as-new helpers)."""
+    """The speculating run loop (mixed into `MergeQueueWorkflow`, which provides `_tell`,
+    `_decide`, `_flaky`, `_batch_due`, `_wake_key`, `_next_wake`, `_queue_ref`,
+    `_refresh_details` and the continue-as-new helpers)."""
 
     config: MergeQueueConfig
     s: MergeQueueState
@@ -70,25 +69,17 @@ class StepsMixin:
         self.train = Train(self.s, self.config, self._decide, self._flaky, self._busy)
         self._tasks: dict[str, asyncio.Task] = {}
         self._changes = 0
-        self.train.requeue(
-            [e for batch in self.s.halves for e in batch.entries]
-        )  # from a run before
+        self.train.requeue([e for batch in self.s.halves for e in batch.entries])  # a run before
         self.s.halves = []
-        self.train.fold()  # carried batches (none unless an older build carried them): rebuilt
+        self.train.fold()  # nothing is in flight when a run starts
         while True:
             armed, seen = self._wake_key(), self._changes
             try:
                 await workflow.wait_condition(
-                    lambda: (
-                        self._changes != seen
-                        or bool(self._outbox)
-                        or self._startable()
-                        or self._wake_key() != armed
-                        or (self._should_continue_as_new() and not self._draining)
-                    ),
-                    timeout=self._next_wake(),
-                    timeout_summary="a batch is due",
-                )
+                    lambda: self._changes != seen or bool(self._outbox) or self._startable()
+                    or self._wake_key() != armed
+                    or (self._should_continue_as_new() and not self._draining),
+                    timeout=self._next_wake(), timeout_summary="a batch is due")
             except asyncio.TimeoutError:
                 pass
             self.train.settle()
@@ -110,25 +101,24 @@ class StepsMixin:
     def _retry_pending(self) -> bool:
         return bool(self.s.retry_at) and workflow.now() < datetime.fromisoformat(self.s.retry_at)
 
+    def _free(self) -> bool:
+        return self._busy() < self.config.parallel
+
     def _startable(self) -> bool:
         """Something `_start` would start now (the loop wakes for it)."""
         if self._retry_pending():
             return False
         if PUSH not in self._tasks and self.train.landable():
             return True
-        if self._draining or self._busy() >= self.config.parallel:
+        if self._draining or not self._free():
             return False
         needed = self.train.red_runs_needed()
-        return (
-            any(
-                (b.lane == LANE_CONFIRM and b.reds + b.runs < needed)
-                or (b.stage == STAGE_WAITING and b.id not in self._tasks)
-                for b in self.s.batches
-            )
-            or self._batch_due()
-        )
+        return self._batch_due() or any(
+            (b.lane == LANE_CONFIRM and b.reds + b.runs < needed)
+            or (b.stage == STAGE_WAITING and b.id not in self._tasks) for b in self.s.batches)
 
     def _start(self) -> None:
+        """The push of the green head of the train, then confirmations, parts, new batches."""
         if self._retry_pending():
             return
         prefix = self.train.landable()
@@ -137,23 +127,15 @@ class StepsMixin:
         if self._draining:
             return
         needed = self.train.red_runs_needed()
-        for b in list(self.s.batches):  # confirmations first, then parts, in order
-            while (
-                b.lane == LANE_CONFIRM
-                and b.reds + b.runs < needed
-                and self._busy() < self.config.parallel
-            ):
+        for b in list(self.s.batches):
+            while b.lane == LANE_CONFIRM and b.reds + b.runs < needed and self._free():
                 b.runs += 1
                 run_id = f"{b.id}-again-{self.s.stats.confirm_runs + b.runs}"
                 self._launch(run_id, self._confirm(b, run_id))
         for b in list(self.s.batches):
-            if (
-                b.stage == STAGE_WAITING
-                and b.id not in self._tasks
-                and self._busy() < self.config.parallel
-            ):
+            if b.stage == STAGE_WAITING and b.id not in self._tasks and self._free():
                 self._launch(b.id, self._work(b))
-        while self._busy() < self.config.parallel and self._batch_due():
+        while self._free() and self._batch_due():
             batch = self.train.cut(self.config.parallel - self._busy())
             self._launch(batch.id, self._work(batch))
 
@@ -174,9 +156,8 @@ class StepsMixin:
         live = self.train.live()
         for key, task in list(self._tasks.items()):
             batch = live.get(key.split("-again-")[0])
-            if key != PUSH and (
-                batch is None or ("-again-" in key) != (batch.lane == LANE_CONFIRM)
-            ):
+            confirming = batch is not None and batch.lane == LANE_CONFIRM
+            if key != PUSH and (batch is None or ("-again-" in key) != confirming):
                 del self._tasks[key]
                 task.cancel()
 
@@ -187,23 +168,13 @@ class StepsMixin:
         await workflow.wait_condition(lambda: self.train.base_of(b) is not None)
         b.stage = STAGE_MERGING
         self._refresh_details()
+        c = self.config
         built = await self._call(
-            b,
-            ACTIVITY_QUEUE_BUILD,
-            BuildInput(
-                repo=self.config.repo,
-                remote=self.config.remote,
-                target=self.config.target,
-                queue_ref=self._queue_ref(),
-                batch_id=b.id,
-                entries=b.entries,
-                base=self.train.base_of(b),
-            ),
-            BuildOutput,
-            f"merge {len(b.entries)} entries onto {b.stacked_on or self.config.target} ({b.id})",
-            timedelta(minutes=10),
-            GIT_RETRY,
-        )
+            b, ACTIVITY_QUEUE_BUILD,
+            BuildInput(repo=c.repo, remote=c.remote, target=c.target, queue_ref=self._queue_ref(),
+                       batch_id=b.id, entries=b.entries, base=self.train.base_of(b)),
+            BuildOutput, f"merge {len(b.entries)} entries onto {b.stacked_on or c.target} ({b.id})",
+            timedelta(minutes=10), GIT_RETRY)
         if built is None:
             return
         self.train.built(b, built)
@@ -222,47 +193,28 @@ class StepsMixin:
             self.train.confirmed(b, verified, run_id)
 
     async def _verify_merge(self, b: QueueBatch, run_id: str) -> Optional[VerifyOutput]:
+        c = self.config
         return await self._call(
-            b,
-            ACTIVITY_QUEUE_VERIFY,
-            VerifyInput(
-                repo=self.config.repo,
-                commit=b.merged_commit,
-                command=b.verify,
-                batch_id=run_id,
-                queue_id=workflow.info().workflow_id,
-                target=self.config.target,
-                timeout_seconds=self.config.verify_timeout_seconds,
-            ),
+            b, ACTIVITY_QUEUE_VERIFY,
+            VerifyInput(repo=c.repo, commit=b.merged_commit, command=b.verify, batch_id=run_id,
+                        queue_id=workflow.info().workflow_id, target=c.target,
+                        timeout_seconds=c.verify_timeout_seconds),
             VerifyOutput,
-            f"verify {run_id}: {len(b.entries)} entries on {b.stacked_on or self.config.target}",
-            timedelta(seconds=self.config.verify_timeout_seconds + 300),
-            VERIFY_RETRY,
-        )
+            f"verify {run_id}: {len(b.entries)} entries on {b.stacked_on or c.target}",
+            timedelta(seconds=c.verify_timeout_seconds + 300), VERIFY_RETRY)
 
     async def _push_prefix(self, prefix: list[QueueBatch]) -> None:
-        head, last = prefix[0], prefix[-1]
+        """ONE compare-and-swap push of the last green batch at the head: lands them all."""
+        head, last, c = prefix[0], prefix[-1], self.config
         for b in prefix:
             b.stage = STAGE_PUSHING
         self._refresh_details()
         pushed = await self._call(
-            last,
-            ACTIVITY_QUEUE_PUSH,
-            PushInput(
-                repo=self.config.repo,
-                remote=self.config.remote,
-                target=self.config.target,
-                commit=last.merged_commit,
-                expected_tip=head.base_tip,
-                batch_id=last.id,
-                queue_ref=self._queue_ref(),
-            ),
-            PushOutput,
-            f"push {last.id} to {self.config.remote}/{self.config.target}",
-            timedelta(minutes=5),
-            GIT_RETRY,
-            refused=prefix,
-        )
+            last, ACTIVITY_QUEUE_PUSH,
+            PushInput(repo=c.repo, remote=c.remote, target=c.target, commit=last.merged_commit,
+                      expected_tip=head.base_tip, batch_id=last.id, queue_ref=self._queue_ref()),
+            PushOutput, f"push {last.id} to {c.remote}/{c.target}", timedelta(minutes=5), GIT_RETRY,
+            refused=prefix)
         live = self.train.live()
         for b in prefix:
             if b.id in live and b.stage == STAGE_PUSHING:
@@ -271,54 +223,32 @@ class StepsMixin:
             return
         if pushed.status == PUSH_LANDED:
             self.train.landed([b for b in prefix if b.id in live], pushed)
-        else:  # the target moved since the train was built (someone pushed): rebuilt, never forced
-            workflow.logger.info(
-                "%s: %s moved to %s; rebuilding", last.id, self.config.target, pushed.tip[:12]
-            )
+        else:  # the target moved since the train was built (someone pushed): rebuilt, not forced
+            workflow.logger.info("%s: %s moved to %s; rebuilding", last.id, c.target,
+                                 pushed.tip[:12])
             self.train.moved(pushed.tip)
 
-    async def _call(
-        self,
-        b: QueueBatch,
-        name: str,
-        arg: object,
-        result_type: type,
-        summary: str,
-        timeout: timedelta,
-        retry: Any,
-        refused: Optional[list[QueueBatch]] = None,
-    ) -> Any:
-        """One step's activity. A failure no retry fixes answers the batch's entries `rejected`; any
-        other (after its retries) sends them back to the queue and waits before the next try."""
+    async def _call(self, b: QueueBatch, name: str, arg: object, result_type: type, summary: str,
+                    timeout: timedelta, retry: Any,
+                    refused: Optional[list[QueueBatch]] = None) -> Any:
+        """One step's activity. A failure no retry fixes answers the batch's entries `rejected`;
+        any other (after its retries) sends them back to the queue and waits before the next try
+        (a push keeps its batches, verified)."""
         try:
             result = await workflow.execute_activity(
-                name,
-                arg,
-                result_type=result_type,
-                start_to_close_timeout=timeout,
+                name, arg, result_type=result_type, start_to_close_timeout=timeout,
                 heartbeat_timeout=timedelta(seconds=self.config.heartbeat_timeout_seconds),
-                retry_policy=retry,
-                summary=summary[:100],
-            )
+                retry_policy=retry, summary=summary[:100])
         except ActivityError as err:
-            if isinstance(
-                err.cause, CancelledError
-            ):  # its batch left the flight: the loop cancelled it
+            if isinstance(err.cause, CancelledError):  # its batch left the flight: we cancelled it
                 raise asyncio.CancelledError() from None
             message = clip(root_cause_message(err), 1000)
-            cause = err.cause
             live = self.train.live()
-            if isinstance(cause, ApplicationError) and cause.type in CANNOT_LAND:
+            if isinstance(err.cause, ApplicationError) and err.cause.type in CANNOT_LAND:
                 for batch in refused or [b]:
                     for entry in batch.entries + [h.entry for h in batch.held]:
-                        self._decide(
-                            entry,
-                            ENTRY_REJECTED,
-                            message,
-                            commit=self.s.target_tip,
-                            batch_id=batch.id,
-                            lesson=False,
-                        )
+                        self._decide(entry, ENTRY_REJECTED, message, commit=self.s.target_tip,
+                                     batch_id=batch.id, lesson=False)
                     batch.entries, batch.held = [], []
                     if batch.id in live:
                         self.train.dissolve(batch)
@@ -327,9 +257,7 @@ class StepsMixin:
             wait = min(BACKOFF_MAX_SECONDS, 5.0 * 2 ** (self.s.failures - 1))
             self.s.last_error = f"{b.id} ({b.stage}): {message}"
             self.s.retry_at = (workflow.now() + timedelta(seconds=wait)).isoformat()
-            workflow.logger.warning(
-                "%s sent back to the queue, tried again in %.0fs: %s", b.id, wait, message
-            )
+            workflow.logger.warning("%s: tried again in %.0fs: %s", b.id, wait, message)
             if b.lane == LANE_CONFIRM:
                 b.runs -= 1
             elif refused is None and b.id in live:
@@ -341,7 +269,7 @@ class StepsMixin:
 
 
 def stage_line(b: QueueBatch, needed: int) -> str:
-    """One batch as the Web UI's details and `queue status` show it: stage, lane, base."""
+    """One batch as the Web UI's details show it: stage, lane, base."""
     on = f"on {b.stacked_on}" if b.stacked_on else "on the tip"
     what = f"{b.stage} {b.reds}/{needed} red" if b.stage == STAGE_CONFIRMING else b.stage
     part = f", part of {b.half_of}" if b.half_of else ""

@@ -47,9 +47,7 @@ with workflow.unsafe.imports_passed_through():
 
 TRAIL = 20  # verify runs and splits remembered per entry
 FATES = 50  # decided entries the culprit rate is measured over
-FATES_FLOOR = (
-    20  # ... counted as at least this many, so one early culprit does not halve the window
-)
+FATES_FLOOR = 20  # ... counted as at least this many: one early culprit does not halve the window
 CULPRIT_FILES = 200
 FLAKE_TARGET = 1e-3  # a good entry is rejected by flakes at most this often
 MAX_EXTRA_RUNS = 4
@@ -59,14 +57,9 @@ class Train:
     """Batches in flight and the queue they come from (state through the constructor: the
     workflow's `MergeQueueState`); `decide` answers an entry, `flaky` records a flake's lesson."""
 
-    def __init__(
-        self,
-        s: MergeQueueState,
-        config: MergeQueueConfig,
-        decide: Callable[..., object],
-        flaky: Callable[[list[QueueEntry], QueueBatch], None],
-        busy: Callable[[], int],
-    ) -> None:
+    def __init__(self, s: MergeQueueState, config: MergeQueueConfig, decide: Callable[..., object],
+                 flaky: Callable[[list[QueueEntry], QueueBatch], None],
+                 busy: Callable[[], int]) -> None:
         self.s, self.config, self.decide, self.flaky, self.busy = s, config, decide, flaky, busy
 
     # --- what is in flight -----------------------------------------------------------------------
@@ -118,9 +111,8 @@ class Train:
         st = self.s.stats
         if st.flaky_runs and st.verify_runs:
             rate = min(0.5, st.flaky_runs / st.verify_runs)
-            needed = max(
-                needed, min(1 + MAX_EXTRA_RUNS, math.ceil(math.log(FLAKE_TARGET) / math.log(rate)))
-            )
+            runs = math.ceil(math.log(FLAKE_TARGET) / math.log(rate))
+            needed = max(needed, min(1 + MAX_EXTRA_RUNS, runs))
         return needed
 
     def requeue(self, entries: list[QueueEntry]) -> None:
@@ -169,25 +161,11 @@ class Train:
             self.s.flush_requested = False
         return self.add(taken, verify, LANE_TRAIN, tail)
 
-    def add(
-        self,
-        entries: list[QueueEntry],
-        verify: str,
-        lane: str,
-        on: str,
-        part_of: str = "",
-        at: Optional[int] = None,
-    ) -> QueueBatch:
-        batch = QueueBatch(
-            id=f"batch-{self.s.next_batch}",
-            entries=entries,
-            verify=verify,
-            half_of=part_of,
-            started_at=workflow.now().isoformat(),
-            lane=lane,
-            stacked_on=on,
-            stage=STAGE_WAITING,
-        )
+    def add(self, entries: list[QueueEntry], verify: str, lane: str, on: str, part_of: str = "",
+            at: Optional[int] = None) -> QueueBatch:
+        batch = QueueBatch(id=f"batch-{self.s.next_batch}", entries=entries, verify=verify,
+                           half_of=part_of, started_at=workflow.now().isoformat(), lane=lane,
+                           stacked_on=on, stage=STAGE_WAITING)
         self.s.next_batch += 1
         self.s.batches.insert(len(self.s.batches) if at is None else at, batch)
         return batch
@@ -210,21 +188,12 @@ class Train:
             elif fate is not None and fate.status == MERGE_CONFLICT and fate.with_batch:
                 b.held.append(HeldEntry(entry, fate.reason, fate.files))
             elif fate is not None and fate.status == MERGE_CONFLICT:
-                self.decide(
-                    entry,
-                    ENTRY_CONFLICT,
-                    fate.reason,
-                    commit=out.tip,
-                    batch_id=b.id,
-                    files=fate.files,
-                )
+                self.decide(entry, ENTRY_CONFLICT, fate.reason, commit=out.tip, batch_id=b.id,
+                            files=fate.files)
             else:  # its branch is missing or moved: the sender's to fix, not a lesson
-                reason = (
-                    fate.reason if fate is not None else "the merge step reported nothing for it"
-                )
-                self.decide(
-                    entry, ENTRY_REJECTED, reason, commit=out.tip, batch_id=b.id, lesson=False
-                )
+                reason = fate.reason if fate is not None else "the merge step reported nothing"
+                self.decide(entry, ENTRY_REJECTED, reason, commit=out.tip, batch_id=b.id,
+                            lesson=False)
         b.entries = merged
         if not merged:
             self.remove(b, requeue=True)
@@ -281,12 +250,11 @@ class Train:
         self.s.batches.remove(b)
         part = None
         for start in range(0, len(b.entries), size):
-            chunk = b.entries[start : start + size]
+            chunk = b.entries[start:start + size]
             for entry in chunk:
                 entry.split_in = (entry.split_in + [b.id])[-TRAIL:]
-            part = self.add(
-                chunk, b.verify, LANE_ISOLATE, part.id if part else b.stacked_on, b.id, at
-            )
+            on = part.id if part else b.stacked_on
+            part = self.add(chunk, b.verify, LANE_ISOLATE, on, b.id, at)
             at += 1
         part.last_part, part.red_tail = True, b.red_tail
 
@@ -330,15 +298,10 @@ class Train:
         [entry] = b.entries
         where = f"{self.config.target} at {b.base_tip[:12]}" if b.base_tip else self.config.target
         what, _, tail = b.red_tail.partition("\n")
-        self.decide(
-            entry,
-            ENTRY_REJECTED,
-            f"verify `{clip(b.verify, 200)}` {what}, red {b.reds} times on {entry.branch} merged "
-            f"onto {where} ({b.id}, the same merge each time)",
-            commit=b.base_tip,
-            batch_id=b.id,
-            output_tail=tail,
-        )
+        self.decide(entry, ENTRY_REJECTED,
+                    f"verify `{clip(b.verify, 200)}` {what}, red {b.reds} times on {entry.branch} "
+                    f"merged onto {where} ({b.id}, the same merge each time)",
+                    commit=b.base_tip, batch_id=b.id, output_tail=tail)
         self.s.fates = (self.s.fates + [1])[-FATES:]
         self.s.culprit_files = (self.s.culprit_files + entry.files)[-CULPRIT_FILES:]
         self.s.stats.culprit_rate = round(self.culprit_rate(), 3)
@@ -361,24 +324,12 @@ class Train:
         last = prefix[-1]
         for b in prefix:
             for entry in b.entries:
-                self.decide(
-                    entry,
-                    ENTRY_LANDED,
-                    f"landed with {last.id}",
-                    commit=pushed.tip,
-                    batch_id=b.id,
-                    pushed_in=last.id,
-                )
+                self.decide(entry, ENTRY_LANDED, f"landed with {last.id}", commit=pushed.tip,
+                            batch_id=b.id, pushed_in=last.id)
             self.s.fates = (self.s.fates + [0] * len(b.entries))[-FATES:]
             for held in b.held:  # it conflicts with what landed ahead of it: redo it on the new tip
-                self.decide(
-                    held.entry,
-                    ENTRY_CONFLICT,
-                    held.reason,
-                    commit=pushed.tip,
-                    batch_id=b.id,
-                    files=held.files,
-                )
+                self.decide(held.entry, ENTRY_CONFLICT, held.reason, commit=pushed.tip,
+                            batch_id=b.id, files=held.files)
             b.held = []
             self.remove(b)
         self.s.stats.culprit_rate = round(self.culprit_rate(), 3)
