@@ -176,7 +176,8 @@ class Train:
         """Entries that cannot merge are answered (or held until the batch lands); a batch left
         empty is passed over."""
         b.base_tip, b.merged_commit = out.base or out.tip, out.head
-        self.s.target_tip = out.tip
+        if b.base_tip == out.tip:  # fetched fresh (a stacked batch reads the last one fetched)
+            self.s.target_tip = out.tip
         fates = {m.entry_id: m for m in out.merges}
         merged = []
         for entry in b.entries:
@@ -287,7 +288,9 @@ class Train:
         """A green batch beside the train joins it when stacked on the train's tail (or on the tip,
         the train empty): it lands as verified, no run again. Else its entries rejoin the queue."""
         train = self.lane(LANE_TRAIN)
-        if (train and b.stacked_on != train[-1].id) or (not train and b.stacked_on in self.live()):
+        if train and b.stacked_on != train[-1].id:
+            return False
+        if not train and (b.stacked_on in self.live() or b.base_tip != self.s.target_tip):
             return False
         b.lane = LANE_TRAIN
         self.s.batches.remove(b)
@@ -353,16 +356,25 @@ class Train:
         if requeue:
             self.requeue(b.entries + [h.entry for h in b.held])
 
-    def dissolve_above(self, x: QueueBatch) -> None:
-        """Every batch stacked (directly or not) on `x` leaves, its entries back to the queue."""
+    def dissolve_above(self, x: QueueBatch, apart: bool = True) -> None:
+        """Every batch stacked (directly or not) on `x` leaves. A train batch's entries go back to
+        the queue; entries already taken apart stay apart, verified again on what `x` stands on (a
+        culprit among them never re-enters the train to take it down again)."""
         doomed = [b for b in self.s.batches if x in self.below(b)]
+        kept: dict[str, list[QueueEntry]] = {}
         for b in doomed:
             self.s.stats.cancelled_runs += b.runs + (b.stage == STAGE_VERIFYING)
             self.s.batches.remove(b)
-            self.requeue(b.entries + [h.entry for h in b.held])
+            self.requeue([h.entry for h in b.held])
+            if apart and b.lane != LANE_TRAIN:
+                kept.setdefault(b.verify, []).extend(b.entries)
+            else:
+                self.requeue(b.entries)
+        for verify, entries in kept.items():
+            self.add(sorted(entries, key=lambda e: e.seq), verify, LANE_ISOLATE, x.stacked_on, x.id)
 
-    def dissolve(self, x: QueueBatch) -> None:
-        self.dissolve_above(x)
+    def dissolve(self, x: QueueBatch, apart: bool = True) -> None:
+        self.dissolve_above(x, apart)
         self.s.batches.remove(x)
         self.requeue(x.entries + [h.entry for h in x.held])
 
@@ -370,4 +382,4 @@ class Train:
         """Everything in flight back to the queue (continue-as-new, a moved target)."""
         for b in list(self.s.batches):
             if b.id in self.live():
-                self.dissolve(b)
+                self.dissolve(b, apart=False)
