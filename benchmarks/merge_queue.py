@@ -44,8 +44,8 @@ from taskfleet.testing import git, make_git_remote
 TASK_QUEUE = "bench-queue"
 CHECK = """import importlib, os, pathlib, random, sys, time
 time.sleep(float(os.environ.get("BENCH_SLEEP", "{sleep}")))
-run = os.environ.get("TASKFLEET_QUEUE", "") + "/" + os.environ.get("TASKFLEET_QUEUE_BATCH", "")
-if random.Random("{seed}" + run).random() < float(os.environ.get("BENCH_FLAKE", "{flake}")):
+run = os.environ.get("TASKFLEET_QUEUE_BATCH", "")
+if random.Random("{seed}/" + run).random() < float(os.environ.get("BENCH_FLAKE", "{flake}")):
     sys.exit("FAIL: test_upload_retries (flaky: a timeout that has nothing to do with the change)")
 sys.path.insert(0, ".")
 for path in sorted(pathlib.Path("calls").glob("m*.py")):

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from taskfleet.core.models.merge_queue import (
         ENTRY_REJECTED,
         LANE_CONFIRM,
+        LANE_TRAIN,
         PUSH_LANDED,
         STAGE_CONFIRMING,
         STAGE_GREEN,
@@ -54,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 PUSH = "push"
+RUNNING = (STAGE_WAITING, STAGE_MERGING, STAGE_VERIFYING)
 
 
 class StepsMixin:
@@ -96,7 +98,9 @@ class StepsMixin:
     # --- what runs -------------------------------------------------------------------------------
 
     def _busy(self) -> int:
-        return sum(1 for key in self._tasks if key != PUSH)
+        """Verify slots taken: tasks of batches still in flight (the others are being cancelled)."""
+        live = self.train.live()
+        return sum(1 for key in self._tasks if key.split("-again-")[0] in live)
 
     def _retry_pending(self) -> bool:
         return bool(self.s.retry_at) and workflow.now() < datetime.fromisoformat(self.s.retry_at)
@@ -126,6 +130,11 @@ class StepsMixin:
             self._launch(PUSH, self._push_prefix(prefix))
         if self._draining:
             return
+        # The train keeps a slot: isolating a red batch must not stall what is queued behind it.
+        moving = any(b.lane == LANE_TRAIN and b.stage in RUNNING for b in self.s.batches)
+        if not moving and self._free() and self._batch_due():
+            batch = self.train.cut(self.config.parallel - self._busy())
+            self._launch(batch.id, self._work(batch))
         needed = self.train.red_runs_needed()
         for b in list(self.s.batches):
             while b.lane == LANE_CONFIRM and b.reds + b.runs < needed and self._free():

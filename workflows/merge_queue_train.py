@@ -145,12 +145,19 @@ class Train:
             self.s.queue.pop(0)
             self.s.flush_requested = bool(self.s.queue) and self.s.flush_requested
             return self.add([head], verify, LANE_ISOLATE, tail)
-        same = sum(1 for e in self.s.queue if self.verify_of(e) == verify)
+        # Entries verified green apart share a batch only with each other: a culprit among
+        # untested entries would take them down (and apart) again.
+        proven = head.passed_alone
+
+        def fits(e: QueueEntry) -> bool:
+            return self.verify_of(e) == verify and e.passed_alone == proven
+
+        same = sum(1 for e in self.s.queue if fits(e))
         cap = window if same >= window else max(1, math.ceil(same / max(1, free)))
         taken: list[QueueEntry] = []
         kept: list[QueueEntry] = []
         for entry in self.s.queue:
-            if self.verify_of(entry) != verify or kept and self.verify_of(kept[-1]) == verify:
+            if not fits(entry) or kept and fits(kept[-1]):
                 kept.append(entry)
             elif len(taken) < cap and not self.risky(entry):
                 taken.append(entry)
@@ -206,10 +213,21 @@ class Train:
             return
         b.stage = STAGE_RED
         b.reds += 1
-        if b.lane == LANE_TRAIN:  # it leaves the train now; the batches stacked on it are rebuilt
+        if b.lane == LANE_TRAIN and any(x.stage == STAGE_GREEN for x in self.above(b)):
+            self.flake(b)  # a batch stacked on it (its merge included) passed already
+        elif b.lane == LANE_TRAIN:  # it leaves the train now; the batches stacked on it are rebuilt
             self.dissolve_above(b)
             self.red(b, finishing=True)
         self.settle()
+
+    def above(self, b: QueueBatch) -> list[QueueBatch]:
+        return [x for x in self.s.batches if b in self.below(x)]
+
+    def flake(self, b: QueueBatch) -> None:
+        """A red run that a merge including it passed: a flake, counted and recorded."""
+        self.s.stats.flaky_runs += 1
+        self.flaky(b.entries, b)
+        b.stage = STAGE_GREEN
 
     def confirmed(self, b: QueueBatch, out: VerifyOutput, run_id: str) -> None:
         b.runs -= 1
@@ -271,14 +289,19 @@ class Train:
                     for entry in b.entries:
                         entry.passed_alone = True
                     if b.last_part:  # every part of a red batch passed: its red run was a flake
-                        self.s.stats.flaky_runs += 1
-                        self.flaky(b.entries, b)
+                        self.flake(b)
                     if not self.join_train(b):
                         self.remove(b, requeue=True)
                     changed = True
                 elif b.lane == LANE_ISOLATE and b.stage == STAGE_RED:
-                    self.dissolve_above(b)
-                    self.red(b)
+                    above = [x.stage for x in self.above(b) if x.lane == LANE_ISOLATE]
+                    if STAGE_GREEN in above:  # a part stacked on it passed: its red was a flake
+                        self.flake(b)
+                    elif any(stage != STAGE_RED for stage in above):
+                        continue  # a part stacked on it may still tell
+                    else:
+                        self.dissolve_above(b)
+                        self.red(b)
                     changed = True
                 elif b.lane == LANE_CONFIRM and b.reds >= self.red_runs_needed():
                     self.culprit(b)
