@@ -307,8 +307,8 @@ class MergeQueueWorkflow(StepsMixin, BatchesMixin, OutcomesMixin):
         if self.train is not None:
             lines.insert(3, f"- in flight: {s.in_flight} of {c.parallel} verify runs; a culprit "
                             f"takes {s.red_runs_needed} red runs of one merge")
-            needed = s.red_runs_needed
-            lines[4:4] = [f"  - {stage_line(b, needed)}" for b in self.s.batches[:12]]
+            shown = self.s.batches[:12]
+            lines[4:4] = [f"  - {stage_line(b, self.train.reds_to_reject(b))}" for b in shown]
             if len(self.s.batches) > 12:
                 lines.insert(4 + 12, f"  - and {len(self.s.batches) - 12} more")
         if self.s.halves:

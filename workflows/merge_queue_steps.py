@@ -116,9 +116,8 @@ class StepsMixin:
             return True
         if self._draining or not self._free():
             return False
-        needed = self.train.red_runs_needed()
         return self._batch_due() or any(
-            (b.lane == LANE_CONFIRM and b.reds + b.runs < needed)
+            (b.lane == LANE_CONFIRM and b.reds + b.runs < self.train.reds_to_reject(b))
             or (b.stage == STAGE_WAITING and b.id not in self._tasks) for b in self.s.batches)
 
     def _start(self) -> None:
@@ -135,9 +134,9 @@ class StepsMixin:
         if not moving and self._free() and self._batch_due():
             batch = self.train.cut(self.config.parallel - self._busy())
             self._launch(batch.id, self._work(batch))
-        needed = self.train.red_runs_needed()
         for b in list(self.s.batches):
-            while b.lane == LANE_CONFIRM and b.reds + b.runs < needed and self._free():
+            while (b.lane == LANE_CONFIRM and b.reds + b.runs < self.train.reds_to_reject(b)
+                   and self._free()):
                 b.runs += 1
                 run_id = f"{b.id}-again-{self.s.stats.confirm_runs + b.runs}"
                 self._launch(run_id, self._confirm(b, run_id))

@@ -115,6 +115,11 @@ class Train:
             needed = max(needed, min(1 + MAX_EXTRA_RUNS, runs))
         return needed
 
+    def reds_to_reject(self, b: QueueBatch) -> int:
+        """An entry that already passed apart needs one red run more: its green run speaks for
+        it."""
+        return self.red_runs_needed() + any(e.passed_alone for e in b.entries)
+
     def requeue(self, entries: list[QueueEntry]) -> None:
         """Entries back to the queue at their place; due at once (they waited already)."""
         if entries:
@@ -303,7 +308,7 @@ class Train:
                         self.dissolve_above(b)
                         self.red(b)
                     changed = True
-                elif b.lane == LANE_CONFIRM and b.reds >= self.red_runs_needed():
+                elif b.lane == LANE_CONFIRM and b.reds >= self.reds_to_reject(b):
                     self.culprit(b)
                     changed = True
 
