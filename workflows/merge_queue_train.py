@@ -158,7 +158,8 @@ class Train:
             return self.verify_of(e) == verify and e.passed_alone == proven
 
         same = sum(1 for e in self.s.queue if fits(e))
-        cap = window if same >= window else max(1, math.ceil(same / max(1, free)))
+        spread = same < window and not proven  # proven ones are likely green: no need to split them
+        cap = max(1, math.ceil(same / max(1, free))) if spread else window
         taken: list[QueueEntry] = []
         kept: list[QueueEntry] = []
         for entry in self.s.queue:
@@ -302,8 +303,8 @@ class Train:
                     above = [x.stage for x in self.above(b) if x.lane == LANE_ISOLATE]
                     if STAGE_GREEN in above:  # a part stacked on it passed: its red was a flake
                         self.flake(b)
-                    elif any(stage != STAGE_RED for stage in above):
-                        continue  # a part stacked on it may still tell
+                    elif self.s.stats.flaky_runs and any(stage != STAGE_RED for stage in above):
+                        continue  # the suite flakes: a part stacked on it may still tell
                     else:
                         self.dissolve_above(b)
                         self.red(b)
