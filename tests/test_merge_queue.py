@@ -109,13 +109,15 @@ async def test_a_batch_is_verified_once_and_lands_with_one_push(client, make_wor
     assert passes_verify(fx, tmp_path)
 
 
-async def test_two_entries_that_pass_alone_but_fail_together_are_bisected(client, make_worker, task_queue,
-                                                                          settings, tmp_path):
+async def test_two_entries_that_pass_alone_but_fail_together_the_later_is_confirmed_and_rejected(
+    client, make_worker, task_queue, settings, tmp_path
+):
     fx = library_remote(tmp_path)
     # A renames greet -> hello (and its test); B adds a test that still calls greet.
     rename = entry(fx, "rename", {"lib.py": LIB.replace("greet", "hello"),
                                   "tests/test_greet.py": TEST.replace("greet", "hello")}, task_type="lib")
-    caller = entry(fx, "caller", {"tests/test_caller.py": TEST.replace("test_greet", "test_caller")}, task_type="lib")
+    caller_test = TEST.replace("test_greet", "test_caller")
+    caller = entry(fx, "caller", {"tests/test_caller.py": caller_test}, task_type="lib")
     q = queue(client, fx, task_queue, max_batch=4)
     async with make_worker():
         await q.enqueue(rename)
@@ -127,15 +129,41 @@ async def test_two_entries_that_pass_alone_but_fail_together_are_bisected(client
     assert done["rename"].status == "landed", done["rename"]
     rejected = done["caller"]
     assert rejected.status == "rejected" and "greet" in rejected.output_tail, rejected
-    assert "verify" in rejected.reason and rejected.commit == fx.remote_ref("main")
-    assert len(rejected.split_in) == 1 and len(rejected.verified_in) == 2
+    assert "verify" in rejected.reason and "red 2 times" in rejected.reason
+    assert rejected.commit == fx.remote_ref("main")
+    # Two entries, four free slots: each its own batch, the second stacked on the first and
+    # verified at the same time; red, it is verified again on the same merge before it is rejected.
+    [batch] = {o.batch_id for o in status.recent if o.entry_id == "caller"}
+    assert rejected.verified_in == [batch, f"{batch}-again-1"] and not rejected.split_in, rejected
     s = status.stats
-    assert (s.verify_runs, s.bisection_steps, s.pushes, s.landed, s.rejected) == (3, 1, 1, 1, 1), s
-    assert s.window == 1  # 4, halved after red (2), +1 after the green half (3), halved after the culprit
+    figures = (s.verify_runs, s.confirm_runs, s.pushes, s.landed, s.rejected, s.flaky_runs)
+    assert figures == (3, 1, 1, 1, 1, 0), s
+    assert not status.batches and s.window == 4  # one culprit in two decided entries: it holds
     assert passes_verify(fx, tmp_path)
     lessons = queue_lessons(settings)
     assert [(lesson["failure_type"], lesson["task_type"]) for lesson in lessons] == [("verify_failed", "lib")]
     assert "greet" in lessons[0]["failure_msg"]
+
+
+async def test_a_red_batch_is_split_in_parallel_parts_and_only_its_culprit_is_rejected(
+    client, make_worker, task_queue, tmp_path
+):
+    fx = library_remote(tmp_path)
+    good = [entry(fx, f"good/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(3)]
+    culprit = entry(fx, "culprit", {"lib.py": LIB.replace("hi", "bye")})
+    q = queue(client, fx, task_queue, max_batch=4, parallel=2)
+    async with make_worker():
+        for e in (good[0], good[1], culprit, good[2]):  # a full window: one batch of four
+            await q.enqueue(e)
+        status = await decided(q, 4)
+    done = outcomes(status)
+    assert all(done[e.id].status == "landed" for e in good), status.recent
+    assert done["culprit"].status == "rejected" and "bye" in done["culprit"].output_tail
+    first = done["culprit"].split_in[0]
+    assert all(first in done[e.id].split_in for e in good), "the red batch was taken apart"
+    s = status.stats
+    assert s.bisection_steps >= 2 and s.rejected == 1 and s.flaky_runs == 0, s
+    assert passes_verify(fx, tmp_path)
 
 
 async def test_a_textual_conflict_is_answered_with_its_files(client, make_worker, task_queue, settings, tmp_path):

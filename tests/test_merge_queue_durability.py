@@ -13,7 +13,8 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from tests.conftest import GitRemoteFixture, WorkerProcess, eventually, free_port, git, save_history
 from tests.test_merge_queue import decided
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=37, waits=True)]  # kills workers of its own mid-verify and mid-push
+# kills workers of its own mid-verify, mid-push and mid-speculation
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(seconds=60, waits=True)]
 
 
 def merges_of(fx: GitRemoteFixture, entry_id: str) -> int:
@@ -174,5 +175,77 @@ async def test_a_server_restart_mid_verify_loses_no_entry(git_remote: GitRemoteF
     status, _, output = await decided_on_a_second_worker(args, tmp_path, connect, 3, (same, same))
     assert "started the embedded dev server" in output
     assert status.stats.landed == 3 and status.stats.entries == 3, status.stats
+    for branch in branches:
+        assert merges_of(fx, branch) == 1, branch
+
+
+def hang_once_per_batch(marks: Path) -> str:
+    """A verify whose first run of each batch hangs until its worker is killed (`marks/../killed`
+    then exists); runs again, and batches after the kill, pass."""
+    killed = marks.parent / "killed"
+    return (f'm="{marks}/$TASKFLEET_QUEUE_BATCH"; if [ ! -e "$m" ] && [ ! -e "{killed}" ]; then '
+            'touch "$m"; sleep 600; fi; test -f README.md')
+
+
+async def test_worker_killed_mid_speculation_every_entry_lands_once(
+    client: Client, server_address: str, task_queue: str, git_remote: GitRemoteFixture,
+    tmp_path: Path,
+):
+    """Three batches verifying at once, each stacked on the one ahead, when the worker is SIGKILLed:
+    another worker runs them again, every entry lands once, main only moves forward."""
+    fx = git_remote
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    fx.install_hook("pre-receive", (
+        'while read old new ref; do git merge-base --is-ancestor "$old" "$new" || exit 1; done\n'
+        f'echo push >> "{fx.push_log}"\n'))
+    branches = fx.many_branches("spec", 4)
+    config = MergeQueueConfig(repo=str(fx.clone), target="main", verify=hang_once_per_batch(marks),
+                              max_batch=1, parallel=3, max_wait_seconds=3600,
+                              heartbeat_timeout_seconds=2)
+    q = MergeQueueClient(client, config, task_queue)
+    args = worker_args(server_address, task_queue, tmp_path)
+
+    async def connect() -> MergeQueueClient:
+        return q
+
+    pods = (pod(tmp_path, "pod-a"), pod(tmp_path, "pod-b"))
+    await kill_a_worker_once(args, tmp_path, connect, branches, marks / "batch-3", pods)
+    (tmp_path / "killed").touch()
+    # all three were in flight
+    assert sorted(p.name for p in marks.iterdir()) == ["batch-1", "batch-2", "batch-3"]
+    status, history, _ = await decided_on_a_second_worker(args, tmp_path, connect, 4, pods)
+    # each run again, once
+    assert activity_attempts(history, "taskfleet_queue_verify").count(2) == 3
+    assert status.stats.landed == 4 and status.stats.entries == 4, status.stats
+    assert fx.pushes() == status.stats.pushes and not status.batches
+    for branch in branches:
+        assert merges_of(fx, branch) == 1, branch
+
+
+async def test_a_server_restart_mid_speculation_loses_no_entry(git_remote: GitRemoteFixture,
+                                                              tmp_path: Path):
+    """Speculation lives in the server's history: with the server and the worker killed outright
+    while three stacked batches verify, and both started again, every entry lands, once."""
+    fx = git_remote
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    port = free_port()
+    args = ("--dev", "--address", f"127.0.0.1:{port}", "--ui-port", str(free_port()),
+            "--task-queue", "restart")
+    same = pod(tmp_path, "state")
+    config = MergeQueueConfig(repo=str(fx.clone), target="main", verify=hang_once_per_batch(marks),
+                              max_batch=1, parallel=3, max_wait_seconds=3600,
+                              heartbeat_timeout_seconds=2)
+    branches = fx.many_branches("respec", 4)
+
+    async def connect() -> MergeQueueClient:
+        return MergeQueueClient(await Client.connect(f"127.0.0.1:{port}"), config, "restart")
+
+    await kill_a_worker_once(args, tmp_path, connect, branches, marks / "batch-3", (same, same))
+    (tmp_path / "killed").touch()
+    status, _, output = await decided_on_a_second_worker(args, tmp_path, connect, 4, (same, same))
+    assert "started the embedded dev server" in output
+    assert status.stats.landed == 4 and status.stats.entries == 4, status.stats
     for branch in branches:
         assert merges_of(fx, branch) == 1, branch

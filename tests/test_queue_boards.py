@@ -57,7 +57,7 @@ async def test_two_tasks_that_pass_alone_but_break_together_one_is_rejected_with
 ):
     fx = library_remote(tmp_path)
     text = toml({"name": "semantic", "land": "queue", "verify": VERIFY, "max_parallel": 2, "queue_retries": 0,
-                 "task_type": "lib"},
+                 "task_type": "lib", "queue_parallel": 2, "queue_flake_retries": 2},
                 [{"id": "A", "scope": "rename greet to hello", "run": RENAME},
                  {"id": "B", "scope": "test a caller of greet", "run": CALLER}])
     async with make_worker():
@@ -78,6 +78,15 @@ async def test_two_tasks_that_pass_alone_but_break_together_one_is_rejected_with
     git(fx.remote, "merge-base", "--is-ancestor", landed[0].commit, "main")
     s = result.stats
     assert (s.queue_landed, s.queue_rejected, s.queue_resubmits, s.pushes) == (1, 1, 0, 1), s
+    # The board's queue settings reached the queue; a culprit took three red runs of its merge.
+    assert (status.config.parallel, status.config.flake_retries) == (2, 2), status.config
+    assert status.stats.confirm_runs >= 2, status.stats
+    assert "red 3 times" in failed[0].reason, failed[0]
+    # Its entry carried the paths it changed, which the queue's lesson keeps.
+    [lesson] = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()
+                if json.loads(line)["activity_type"] == "queue"]
+    changed = {"A": ["lib.py", "tests/test_greet.py"], "B": ["tests/test_caller.py"]}[failed[0].id]
+    assert lesson["metadata"]["files"] == changed, lesson
     assert s.queue_verify_runs == status.stats.verify_runs and s.queue_bisection_steps == status.stats.bisection_steps
     assert s.queue_seconds > 0
     lessons = [json.loads(line) for line in settings.lessons_path.read_text().splitlines()]

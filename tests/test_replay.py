@@ -51,6 +51,7 @@ EXPECTED = {
     "orchestrator_judged--0.2.0",
     "orchestrator_judged_commands--0.2.0",
     "planner_fix_round--0.2.0",
+    "merge_queue_speculating",
 }
 
 

@@ -84,6 +84,12 @@ Items (in the order a reader meets them):
   the cancel and the workflow went on as if none had come. Asked only on that path (a cancel came
   during a signal), so only such runs carry the marker. Old path and marker: none recorded (a
   race a recording does not take on purpose).
+- `merge_queue_speculates`: a merge queue verifies several batches at once, each stacked on the
+  one ahead, isolates a red batch's culprits apart and confirms a red single entry; before, one
+  batch at a time, halves one after the other (workflows/merge_queue_batches.py). Asked once per
+  run, at its start. Old path: merge_queue_one_batch, merge_queue_bisection,
+  merge_queue_after_continue_as_new. Marker: merge_queue_speculating and the later queue
+  recordings. Before 0.2.0.
 - `landed_commit`: an outcome from a worker that predates `branch_commit` gives a push's branch
   commit in `commit`. Not a patch: read from the payload. Old path: orchestrator_nine_tasks,
   orchestrator_llm_three, orchestrator_cancel_while_landing,
@@ -110,6 +116,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_DEFAULT_BASE,
         PATCH_LOCAL_RECORD,
         PATCH_PREFIXED_ACTIVITIES,
+        PATCH_QUEUE_SPECULATES,
         PATCH_REPLIES_IN_BACKGROUND,
         PATCH_RESULT_FROM_MEMORY,
         PATCH_RUN_KEY_FIRST_RUN,
@@ -186,6 +193,10 @@ def result_from_memory() -> bool:
 
 def cancel_survives_signals() -> bool:
     return workflow.patched(PATCH_CANCEL_SURVIVES_SIGNALS)
+
+
+def merge_queue_speculates() -> bool:
+    return workflow.patched(PATCH_QUEUE_SPECULATES)
 
 
 def landed_commit(outcome: OpOutcome) -> str:

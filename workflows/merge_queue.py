@@ -2,15 +2,16 @@
 
 Entries (a branch and the commit it must be at) arrive by signal `enqueue` or update `submit`, from
 a board's tasks (`land = "queue"`) or any client. A batch starts when the window is full, when the
-oldest entry has waited `max_wait_seconds`, or on `flush`; how a batch is merged, verified once,
-pushed once and bisected when red is in workflows/merge_queue_batches.py, what each entry is told
-in workflows/merge_queue_outcomes.py. The queue lives in workflow state: an accepted entry survives
+oldest entry has waited `max_wait_seconds`, or on `flush`, and while verify slots are free: up to
+`parallel` batches are verified at once, each stacked on the one ahead. What a result means is in
+workflows/merge_queue_train.py, how the activities run in workflows/merge_queue_steps.py (runs
+started before speculation: workflows/merge_queue_batches.py), what each entry is told in
+workflows/merge_queue_outcomes.py. The queue lives in workflow state: an accepted entry survives
 worker crashes, server restarts and continue-as-new until it is answered.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
@@ -18,14 +19,19 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
+from taskfleet.workflows import compat
 from taskfleet.workflows.intake import ids_to_carry, parse_state, refusal, remember_id, should_continue_as_new
 from taskfleet.workflows.merge_queue_batches import BatchesMixin
 from taskfleet.workflows.merge_queue_outcomes import OutcomesMixin
+from taskfleet.workflows.merge_queue_steps import StepsMixin, stage_line
+from taskfleet.workflows.merge_queue_train import Train
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.bounded import args_problem, clip, json_size
     from taskfleet.core.models.lessons import Lesson
     from taskfleet.core.models.merge_queue import (
+        LANE_ISOLATE,
+        LANE_TRAIN,
         EntryOutcome,
         MergeQueueConfig,
         MergeQueueState,
@@ -63,7 +69,7 @@ REASON_CHARS = 500
 # pinned it would hold its first version forever; its state travels as data, and any new command
 # is guarded with `workflow.patched` (workflows/compat.py).
 @workflow.defn(name=MERGE_QUEUE_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
-class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
+class MergeQueueWorkflow(StepsMixin, BatchesMixin, OutcomesMixin):
     @workflow.init
     def __init__(self, config: Any, state: Any = None) -> None:
         # Raw JSON in, parsed here: a bad start input fails the workflow with a message instead of
@@ -87,9 +93,12 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
         self._seen = set(self.s.recent_ids)
         self._sizes: dict[str, int] = {}
         self._held = 0
+        self.train: Optional[Train] = None  # set when the run speculates
         for entry in self._held_entries():
             self._seen.add(entry.id)
             self._hold(entry)
+            if not entry.seq:  # carried from a run that kept no places
+                entry.seq, self.s.next_seq = self.s.next_seq, self.s.next_seq + 1
 
     # --- the loop ----------------------------------------------------------------------------------
 
@@ -97,41 +106,16 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
     async def run(self, config: Any, state: Any = None) -> None:
         if self._config_error:
             raise ApplicationError(f"bad MergeQueueWorkflow start input: {self._config_error}", non_retryable=True)
-        self.s.window = max(1, min(self.s.window or self.config.max_batch, self.config.max_batch))
-        self.s.stats.window = self.s.window
-        workflow.logger.info("merge queue %s -> %s/%s run %d: %d queued, %d halves carried", self.config.repo,
-                             self.config.remote, self.config.target, self.s.runs, len(self.s.queue), len(self.s.halves))
-        self._refresh_details()
-        while True:
-            # The timer is armed for the head of the queue as it is now; a new head (an entry into
-            # an empty queue) or a new retry time wakes the loop to arm it again.
-            armed = self._wake_key()
-            try:
-                await workflow.wait_condition(
-                    lambda: bool(self._outbox) or self._should_continue_as_new() or self._work_ready()
-                    or self._wake_key() != armed,
-                    timeout=self._next_wake(), timeout_summary="a batch is due",
-                )
-            except asyncio.TimeoutError:
-                pass
-            await self._tell()
-            if self._should_continue_as_new():
-                await self._continue_as_new()
-            if not self._work_ready():
-                continue
-            batch = self.s.halves.pop(0) if self.s.halves else self._cut()
-            await self._run_batch(batch)
-            await self._tell()
-
-    def _work_ready(self) -> bool:
-        if self.s.retry_at and workflow.now() < datetime.fromisoformat(self.s.retry_at):
-            return False
-        return bool(self.s.halves) or self._batch_due()
+        if compat.merge_queue_speculates():
+            await self._speculate()
+        else:
+            await self._one_at_a_time()
 
     def _batch_due(self) -> bool:
         if not self.s.queue:
             return False
-        return (self.s.flush_requested or len(self.s.queue) >= self.s.window
+        window = self.train.window() if self.train is not None else self.s.window
+        return (self.s.flush_requested or len(self.s.queue) >= window
                 or self._oldest_wait() >= self.config.max_wait_seconds)
 
     def _oldest_wait(self) -> float:
@@ -147,22 +131,6 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
         if self.s.retry_at:
             waits.append((datetime.fromisoformat(self.s.retry_at) - workflow.now()).total_seconds())
         return timedelta(seconds=max(min(waits), 0.001)) if waits else None
-
-    def _cut(self) -> QueueBatch:
-        """The next batch: up to `window` entries from the head of the queue, in order, that share
-        the head's verify command (the others wait for a batch of their own)."""
-        verify = self._verify_of(self.s.queue[0])
-        taken: list[QueueEntry] = []
-        kept: list[QueueEntry] = []
-        for entry in self.s.queue:
-            if len(taken) < self.s.window and self._verify_of(entry) == verify:
-                taken.append(entry)
-            else:
-                kept.append(entry)
-        self.s.queue = kept
-        if not self.s.queue:
-            self.s.flush_requested = False
-        return self._new_batch(taken, verify)
 
     def _verify_of(self, entry: QueueEntry) -> str:
         return entry.verify or self.config.verify
@@ -194,7 +162,9 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
     # --- what is held ------------------------------------------------------------------------------
 
     def _held_entries(self) -> list[QueueEntry]:
-        return list(self.s.queue) + [e for batch in self.s.halves for e in batch.entries]
+        batches = self.s.halves + self.s.batches
+        held = [e for b in batches for e in b.entries + [h.entry for h in b.held]]
+        return held + list(self.s.queue)
 
     def _hold(self, entry: QueueEntry) -> None:
         size = json_size(entry)
@@ -239,6 +209,7 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
             return entry.id
         self.s.recent_ids = remember_id(self.s.recent_ids, self._seen, entry.id, RECENT_IDS)
         entry.enqueued_at = workflow.now().isoformat()
+        entry.seq, self.s.next_seq = self.s.next_seq, self.s.next_seq + 1
         self._hold(entry)
         self.s.queue.append(entry)
         self.s.stats.entries += 1
@@ -289,30 +260,57 @@ class MergeQueueWorkflow(BatchesMixin, OutcomesMixin):
 
     @workflow.query(name=QUERY_STATUS)
     def status(self) -> MergeQueueStatus:
+        self._live_stats()
+        train = [b for b in self.s.batches if b.lane == LANE_TRAIN]
         return MergeQueueStatus(
-            config=self.config, queue=self.s.queue, in_flight=self._in_flight, halves=self.s.halves,
+            config=self.config, queue=self.s.queue,
+            in_flight=self._in_flight or (train[0] if train else None),
+            halves=self.s.halves or [b for b in self.s.batches if b.lane == LANE_ISOLATE],
             recent=self.s.recent, rejected=self.s.rejected, stats=self.s.stats, runs=self.s.runs,
             target_tip=self.s.target_tip, last_error=self.s.last_error, retry_at=self.s.retry_at,
+            batches=self.s.batches,
         )
 
     @workflow.query(name=QUERY_STATS)
     def stats(self) -> MergeQueueStats:
         """Just the counters of `status`: cheap to ask often."""
+        self._live_stats()
         return self.s.stats
+
+    def _live_stats(self) -> None:
+        s = self.s.stats
+        s.parallel = self.config.parallel
+        if self.train is not None:
+            s.in_flight = self._busy()
+            s.red_runs_needed = self.train.red_runs_needed()
+            s.culprit_rate = round(self.train.culprit_rate(), 3)
 
     def _refresh_details(self) -> None:
         c, s = self.config, self.s.stats
+        self._live_stats()
         flight = self._in_flight
         lines = [
             f"**{c.repo}** → `{c.remote}/{c.target}`",
             "",
-            f"- queued entries: {len(self.s.queue)}, window {self.s.window} (max {c.max_batch})",
-            f"- in flight: {flight.id} ({len(flight.entries)} entries, {flight.stage})" if flight else "- in flight: none",
-            f"- landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}",
+            f"- queued entries: {len(self.s.queue)}, window {self.s.window} (max {c.max_batch}), "
+            f"culprit rate {s.culprit_rate}",
+            f"- landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}, "
+            f"flaky runs {s.flaky_runs}",
             f"- verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), bisection steps "
-            f"{s.bisection_steps}, pushes {s.pushes}, rebuilds {s.rebuilds}",
+            f"{s.bisection_steps}, pushes {s.pushes}, rebuilds {s.rebuilds}, "
+            f"cancelled {s.cancelled_runs}",
             f"- refused inputs: {s.refused_inputs}",
         ]
+        if flight:
+            lines.insert(3, f"- in flight: {flight.id} ({len(flight.entries)} entries, "
+                            f"{flight.stage})")
+        if self.train is not None:
+            lines.insert(3, f"- in flight: {s.in_flight} of {c.parallel} verify runs; a culprit "
+                            f"takes {s.red_runs_needed} red runs of one merge")
+            shown = self.s.batches[:12]
+            lines[4:4] = [f"  - {stage_line(b, self.train.reds_to_reject(b))}" for b in shown]
+            if len(self.s.batches) > 12:
+                lines.insert(4 + 12, f"  - and {len(self.s.batches) - 12} more")
         if self.s.halves:
             lines.append(f"- halves waiting: {', '.join(b.id for b in self.s.halves[:10])}")
         if self.s.last_error:

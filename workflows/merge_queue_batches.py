@@ -1,5 +1,7 @@
-"""A merge-queue batch from merge to push, and the bisection of a red one (after bors-ng's divider).
+"""One batch at a time from merge to push, and the bisection of a red one (after bors-ng's divider).
 
+The path of queues started before speculation (workflows/compat.py `merge_queue_speculates`): such
+a run keeps it until it continues as new; new runs speculate (workflows/merge_queue_steps.py).
 A mixin of `MergeQueueWorkflow`. One batch at a time: its entries are merged in order onto the
 target's tip (entries that conflict or cannot land are answered at once and left out), the merged
 commit is verified ONCE, and a green one moves the target with ONE compare-and-swap push; if the
@@ -12,7 +14,8 @@ green batch and halves after a red one, between 1 and `max_batch`.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import datetime, timedelta
 from typing import Optional
 
 from temporalio import workflow
@@ -69,6 +72,56 @@ class BatchesMixin:
     s: MergeQueueState
     _in_flight: Optional[QueueBatch]
     _after_batch: list[tuple[QueueEntry, str, list[str]]]
+
+    async def _one_at_a_time(self) -> None:
+        """The run loop of a queue started before speculation: one batch at a time."""
+        self.s.window = max(1, min(self.s.window or self.config.max_batch, self.config.max_batch))
+        self.s.stats.window = self.s.window
+        c, s = self.config, self.s
+        workflow.logger.info("merge queue %s -> %s/%s run %d: %d queued, %d halves carried", c.repo,
+                             c.remote, c.target, s.runs, len(s.queue), len(s.halves))
+        self._refresh_details()
+        while True:
+            # The timer is armed for the head of the queue as it is now; a new head (an entry into
+            # an empty queue) or a new retry time wakes the loop to arm it again.
+            armed = self._wake_key()
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(self._outbox) or self._should_continue_as_new()
+                    or self._work_ready() or self._wake_key() != armed,
+                    timeout=self._next_wake(), timeout_summary="a batch is due",
+                )
+            except asyncio.TimeoutError:
+                pass
+            await self._tell()
+            if self._should_continue_as_new():
+                await self._continue_as_new()
+            if not self._work_ready():
+                continue
+            batch = self.s.halves.pop(0) if self.s.halves else self._cut()
+            await self._run_batch(batch)
+            await self._tell()
+
+    def _work_ready(self) -> bool:
+        if self.s.retry_at and workflow.now() < datetime.fromisoformat(self.s.retry_at):
+            return False
+        return bool(self.s.halves) or self._batch_due()
+
+    def _cut(self) -> QueueBatch:
+        """The next batch: up to `window` entries from the head of the queue, in order, that share
+        the head's verify command (the others wait for a batch of their own)."""
+        verify = self._verify_of(self.s.queue[0])
+        taken: list[QueueEntry] = []
+        kept: list[QueueEntry] = []
+        for entry in self.s.queue:
+            if len(taken) < self.s.window and self._verify_of(entry) == verify:
+                taken.append(entry)
+            else:
+                kept.append(entry)
+        self.s.queue = kept
+        if not self.s.queue:
+            self.s.flush_requested = False
+        return self._new_batch(taken, verify)
 
     def _new_batch(self, entries: list[QueueEntry], verify: str, half_of: str = "") -> QueueBatch:
         batch = QueueBatch(id=f"batch-{self.s.next_batch}", entries=entries, verify=verify, half_of=half_of,

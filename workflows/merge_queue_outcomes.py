@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         EntryOutcome,
         MergeQueueConfig,
         MergeQueueState,
+        QueueBatch,
         QueueEntry,
         QueueOutcomes,
     )
@@ -83,7 +84,8 @@ class OutcomesMixin:
                 task_type=entry.task_type, activity_type="queue", failure_type=FAILURE_TYPES.get(status, status),
                 failure_msg=(f"{outcome.reason}\n{output_tail[-LESSON_TAIL_CHARS:]}" if output_tail else outcome.reason),
                 metadata={"entry": entry.id, "branch": entry.branch, "target": self.config.target,
-                          "queue": workflow.info().workflow_id, "batch": batch_id, "files": outcome.files[:20]},
+                          "queue": workflow.info().workflow_id, "batch": batch_id,
+                          "files": (outcome.files or entry.files)[:20]},
             ))
         workflow.logger.info("entry %s (%s): %s %s", entry.id, entry.branch, status, clip(reason, 200))
         self._release([entry])
@@ -117,6 +119,25 @@ class OutcomesMixin:
         """Replies first (callers are waiting), then lessons."""
         await self._send_outbox()
         await self._record_lessons()
+
+    def _flaky(self, entries: list[QueueEntry], batch: QueueBatch) -> None:
+        """A red run the same merge (or every part of it) passed again: a lesson `flaky` with its
+        output, so the suite's owners see which test flakes; its entries go on."""
+        what, _, tail = batch.red_tail.partition("\n")
+        branches = [e.branch for e in entries]
+        workflow.logger.info("%s: a flaky red run (%s) on %s", batch.id, what,
+                             ", ".join(branches[:5]))
+        self._lessons.append(Lesson(
+            task_type=entries[0].task_type if entries else "", activity_type="queue",
+            failure_type="flaky",
+            failure_msg=(f"verify `{clip(batch.verify, 200)}` {what} on "
+                         f"{batch.half_of or batch.id}, then passed on the same merge\n"
+                         f"{tail[-LESSON_TAIL_CHARS:]}"),
+            metadata={"entries": [e.id for e in entries][:20], "branches": branches[:20],
+                      "batch": batch.id, "target": self.config.target,
+                      "queue": workflow.info().workflow_id,
+                      "files": sorted({f for e in entries for f in e.files})[:20]},
+        ))
 
     def _refusal_notice(self, args: tuple[Any, ...], reason: str) -> None:
         """A refused entry that names `reply_to` and `id` is answered `rejected` at once, so no caller

@@ -34,6 +34,7 @@ from taskfleet.core.models.merge_queue import (
 )
 
 QUEUE_TRAILER = "Taskfleet-Queue-Entry"
+LOCK_TRIES = 6
 _FAILED_FLAGS = PushInfo.ERROR | PushInfo.REJECTED | PushInfo.REMOTE_REJECTED | PushInfo.REMOTE_FAILURE
 
 
@@ -54,14 +55,22 @@ def open_clone(path: str, remote: str) -> Repo:
 
 
 def fetch_target(repo: Repo, remote: str, target: str, private_ref: str) -> str:
-    """The target's tip on the remote, fetched into `private_ref`."""
-    try:
-        repo.git.fetch("--quiet", "--no-tags", "--no-write-fetch-head", remote, f"+refs/heads/{target}:{private_ref}")
-    except GitCommandError as err:
-        detail = (err.stderr or str(err)).strip()
-        if "couldn't find remote ref" in detail:
-            raise _not_a_clone(f"target branch {target} does not exist on {remote}") from None
-        raise ApplicationError(f"git fetch of {target} from {remote} failed: {detail}", type="FetchFailed") from None
+    """The target's tip on the remote, fetched into `private_ref`. `--refmap=`: the clone's own
+    `refs/remotes/` are left alone (parallel builds and the push would race for their locks); a
+    lock another build of the queue holds a moment is waited out."""
+    for attempt in range(LOCK_TRIES):
+        try:
+            repo.git.fetch("--quiet", "--no-tags", "--no-write-fetch-head", "--refmap=", remote,
+                           f"+refs/heads/{target}:{private_ref}")
+            break
+        except GitCommandError as err:
+            detail = (err.stderr or str(err)).strip()
+            if "couldn't find remote ref" in detail:
+                raise _not_a_clone(f"target branch {target} does not exist on {remote}") from None
+            if "cannot lock ref" not in detail or attempt == LOCK_TRIES - 1:
+                raise ApplicationError(f"git fetch of {target} from {remote} failed: {detail}",
+                                       type="FetchFailed") from None
+            time.sleep(0.02 * 2 ** attempt)
     tip = ref_commit(repo, private_ref)
     if not tip:
         raise ApplicationError(f"fetched {target} from {remote}, but {private_ref} is not set", type="FetchFailed")
@@ -121,14 +130,22 @@ def merge_entry(repo: Repo, remote: str, target: str, tip: str, chain: tuple[str
 
 
 def build_chain(params: BuildInput) -> BuildOutput:
-    """Fetch the target, then merge every entry in order onto it (entries that cannot merge are left
-    out and say why); the chain's head is kept under a private ref until it is pushed or replaced."""
+    """Fetch the target, then merge every entry in order onto it, or onto `base` (the merged commit
+    of the batch ahead: speculation); entries that cannot merge are left out and say why. The
+    chain's head is kept under a private ref until it is pushed or replaced."""
     started = time.monotonic()
     repo = open_clone(params.repo, params.remote)
     try:
-        tip = fetch_target(repo, params.remote, params.target, params.queue_ref)
+        # A batch stacked on another needs the tip only to tell entries already in it: the last
+        # one fetched will do (the head of the train fetches it fresh).
+        tip = ((params.base and ref_commit(repo, params.queue_ref))
+               or fetch_target(repo, params.remote, params.target, params.queue_ref))
         env = commit_env(repo)
-        chain, merges = (tip, repo.git.rev_parse(f"{tip}^{{tree}}")), []
+        base = params.base or tip
+        if params.base and not ref_commit(repo, params.base):
+            raise ApplicationError(f"the commit {params.base[:12]} to build {params.batch_id} on "
+                                   "is not in the clone", type="FetchFailed")
+        chain, merges = (base, repo.git.rev_parse(f"{base}^{{tree}}")), []
         for entry in params.entries:
             try:
                 merge, chain = merge_entry(repo, params.remote, params.target, tip, chain, entry, env)
@@ -137,9 +154,10 @@ def build_chain(params: BuildInput) -> BuildOutput:
                 merge = EntryMerge(entry.id, MERGE_REFUSED, f"git failed on {entry.branch}: {detail[-1] if detail else err}")
             merges.append(merge)
         current = chain[0]
-        if current != tip:  # keeps the chain's objects reachable until the next batch replaces it
+        if current != base:  # keeps the chain's objects reachable until the next batch replaces it
             repo.git.update_ref(params.queue_ref.rsplit("/", 1)[0] + "/candidate", current)
-        return BuildOutput(params.batch_id, tip, current, merges, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        return BuildOutput(params.batch_id, tip, current, merges, seconds, base=base)
     finally:
         repo.close()
 
@@ -178,12 +196,19 @@ def cas_push(params: PushInput, retried: bool) -> PushOutput:
             infos = repo.remote(params.remote).push(f"{params.commit}:{ref}",
                                                     force_with_lease=f"{ref}:{params.expected_tip}")
         except GitCommandError as err:
+            # The remote may have taken it and only a local ref's update failed: ask the remote.
+            tip = remote_tip(repo, params.remote, params.target)
+            if tip == params.commit:
+                return PushOutput(PUSH_LANDED, tip, pushed=not retried,
+                                  seconds=time.monotonic() - started)
+            if tip != params.expected_tip:
+                return PushOutput(PUSH_MOVED, tip, seconds=time.monotonic() - started)
             raise ApplicationError(f"git push to {params.remote} failed: {(err.stderr or str(err)).strip()}",
                                    type="PushFailed") from None
         mine = [info for info in infos if info.remote_ref_string == ref]
         if mine and not any(info.flags & _FAILED_FLAGS for info in infos):
-            if params.queue_ref:
-                repo.git.update_ref(params.queue_ref, params.commit)
+            if params.queue_ref:  # the tip the next batches are told apart by; a build may hold it
+                repo.git.update_ref(params.queue_ref, params.commit, with_exceptions=False)
             return PushOutput(PUSH_LANDED, params.commit, pushed=True, seconds=time.monotonic() - started)
         # Refused (the lease did not hold, a hook declined it) or nothing reported: where is it now?
         tip = remote_tip(repo, params.remote, params.target)

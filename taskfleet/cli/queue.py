@@ -18,6 +18,7 @@ from taskfleet.clients.connection import StartupError
 from taskfleet.clients.merge_queue import MergeQueueClient, merge_queue_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.default_branch import default_branch
+from taskfleet.core.merge_queue_validation import queue_numbers_problem, speculation_problem
 from taskfleet.core.models.merge_queue import EntryOutcome, MergeQueueConfig, MergeQueueStatus, QueueEntry
 
 
@@ -47,9 +48,14 @@ def _target(args: argparse.Namespace, repo: str) -> str:
 
 def _queue(args: argparse.Namespace, client: Client, repo: str) -> MergeQueueClient:
     # The queue's own settings matter only to a call that starts it (`add`).
+    numbers = {k: getattr(args, k, d) for k, d in
+               (("max_batch", 8), ("max_wait_seconds", 30.0), ("parallel", 4), ("flake_retries", 1))}
+    problem = (queue_numbers_problem(numbers["max_batch"], numbers["max_wait_seconds"], "--")
+               or speculation_problem(numbers["parallel"], numbers["flake_retries"], "--"))
+    if problem:
+        raise StartupError(problem.replace("_", "-"))
     config = MergeQueueConfig(repo=repo, target=_target(args, repo), remote=args.remote,
-                              verify=getattr(args, "verify", None) or "", max_batch=getattr(args, "max_batch", 8),
-                              max_wait_seconds=getattr(args, "max_wait_seconds", 30.0))
+                              verify=getattr(args, "verify", None) or "", **numbers)
     return MergeQueueClient(client, config, args.task_queue)
 
 
@@ -112,18 +118,31 @@ def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
     c, s = status.config, status.stats
     lines = [
         f"{workflow_id}: {c.repo} -> {c.remote}/{c.target} (run {status.runs}), tip {status.target_tip[:12] or '?'}",
-        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}), refused inputs {s.refused_inputs}",
+        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}, culprit rate "
+        f"{s.culprit_rate}), verify runs in flight {s.in_flight} of {c.parallel}, refused inputs "
+        f"{s.refused_inputs}",
         f"  landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}; batches {s.batches}, "
         f"verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), bisection steps {s.bisection_steps}, "
         f"pushes {s.pushes}, rebuilds {s.rebuilds}; time in queue avg {s.queue_seconds_avg:.1f}s "
         f"max {s.queue_seconds_max:.1f}s",
+        f"  flaky runs {s.flaky_runs}, confirmation runs {s.confirm_runs}, cancelled runs "
+        f"{s.cancelled_runs}; a culprit takes {s.red_runs_needed or c.flake_retries + 1} red "
+        "runs of one merge",
     ]
-    if status.in_flight:
+    for b in status.batches:
+        on = f"on {b.stacked_on}" if b.stacked_on else "on the tip"
+        part = f", part of {b.half_of}" if b.half_of else ""
+        red = f", red {b.reds} time(s)" if b.reds else ""
+        ids = ", ".join(e.id for e in b.entries[:6]) + (" ..." if len(b.entries) > 6 else "")
+        lines.append(f"  {b.lane:<8} {b.id} {b.stage}{red}, {len(b.entries)} entries {on}{part}: "
+                     f"{ids}")
+    if status.in_flight and not status.batches:
         b = status.in_flight
         lines.append(f"  in flight: {b.id} ({len(b.entries)} entries, {b.stage})"
                      + (f", half of {b.half_of}" if b.half_of else ""))
-    for batch in status.halves:
-        lines.append(f"  waiting half {batch.id} of {batch.half_of}: {', '.join(e.id for e in batch.entries[:8])}")
+        for batch in status.halves:
+            ids = ", ".join(e.id for e in batch.entries[:8])
+            lines.append(f"  waiting half {batch.id} of {batch.half_of}: {ids}")
     for entry in status.queue[:10]:
         lines.append(f"  queued {entry.id} ({entry.branch} at {entry.expect_commit[:12]})")
     if len(status.queue) > 10:
@@ -186,6 +205,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--verify", help="command run on each merged batch holding this entry (also the queue's "
                                       "default, if this starts the queue)")
     add_batch_flags(add, 8, 30.0, "entries")
+    add.add_argument("--parallel", type=int, default=4,
+                     help="verify runs at once, if this starts the queue (default 4)")
+    add.add_argument("--flake-retries", type=int, default=1,
+                     help="runs again of a red entry's merge before it is a culprit, if this "
+                          "starts the queue (default 1)")
     add.add_argument("--commit", help="the commit to land (default: the branch's commit in the clone)")
     add.add_argument("--id", help="entry id (default: given by the queue); a repeated id is ignored")
     add.add_argument("--reply-to", help="workflow id told the outcome (signal queue_outcomes)")
@@ -194,7 +218,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                      help="with --wait: give up after this many seconds (default 3600; exit 1)")
     add.set_defaults(func=queue_add)
 
-    status = group.add_parser("status", help="queued entries, the batch in flight, recent outcomes and stats", **examples(
+    status = group.add_parser("status", help="queued entries, the batches in flight and what each "
+                              "is stacked on, flaky runs, recent outcomes and stats", **examples(
         "taskfleet queue status --repo /srv/clone", "taskfleet queue status --repo /srv/clone --target release --json"))
     target(status)
     add_json_flag(status, "the status")

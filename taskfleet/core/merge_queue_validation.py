@@ -16,7 +16,7 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 
 # Fields the workflow sets itself: accepted in what a client sends (an entry read back from
 # `status`, say), and ignored.
-_SET_BY_QUEUE = {"enqueued_at", "verified_in", "split_in"}
+_SET_BY_QUEUE = {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}
 _ENTRY_FIELDS = {f.name for f in fields(QueueEntry)} - _SET_BY_QUEUE
 _MAX_LENGTHS = {"id": 200, "branch": 255, "expect_commit": 40, "reply_to": 1000, "verify": 4096, "task_type": 200}
 _SHA1_HEX = re.compile(r"[0-9a-f]{40}")
@@ -25,6 +25,8 @@ MAX_ENTRY_BYTES = 16 * 1024
 MAX_BATCH_LIMIT = 1000
 MAX_PARALLEL = 64
 MAX_FLAKE_RETRIES = 5
+MAX_RISK = 10
+MAX_FILES, MAX_FILE_CHARS = 20, 300
 
 
 class InvalidQueueEntry(ValueError):
@@ -66,9 +68,16 @@ def parse_entry(raw: Any) -> QueueEntry:
         raise InvalidQueueEntry("field 'verify' is blank; leave it out to use the queue's verify command")
     if "\x00" in verify:
         raise InvalidQueueEntry("field 'verify' contains a NUL byte")
+    risk, files = raw.get("risk") or 0, raw.get("files") or []
+    if not _whole(risk) or not 0 <= risk <= MAX_RISK:
+        raise InvalidQueueEntry(f"field 'risk' must be a whole number from 0 to {MAX_RISK}")
+    if (not isinstance(files, list) or len(files) > MAX_FILES
+            or not all(isinstance(f, str) and 0 < len(f) <= MAX_FILE_CHARS for f in files)):
+        raise InvalidQueueEntry(f"field 'files' must be a list of at most {MAX_FILES} paths "
+                                f"(each at most {MAX_FILE_CHARS} characters)")
     entry = QueueEntry(
         branch=raw["branch"], expect_commit=commit, id=raw.get("id") or "", reply_to=raw.get("reply_to") or "",
-        verify=verify, task_type=raw.get("task_type") or "",
+        verify=verify, task_type=raw.get("task_type") or "", risk=risk, files=list(files),
     )
     size = json_size(entry)
     if size > MAX_ENTRY_BYTES:
@@ -112,6 +121,9 @@ def parse_queue_config(raw: Any) -> MergeQueueConfig:
     if not isinstance(config.verify, str) or len(config.verify) > 4096 or "\x00" in config.verify:
         raise InvalidQueueEntry("verify must be a command line (a string of at most 4096 characters)")
     problem = queue_numbers_problem(config.max_batch, config.max_wait_seconds)
+    if problem:
+        raise InvalidQueueEntry(problem)
+    problem = speculation_problem(config.parallel, config.flake_retries)
     if problem:
         raise InvalidQueueEntry(problem)
     for name in ("verify_timeout_seconds", "heartbeat_timeout_seconds"):

@@ -138,3 +138,6 @@ PATCH_REPLIES_IN_BACKGROUND = "git-batcher-replies-in-background"
 # A cancel that arrives while a workflow's own signal to another workflow is in flight stops the
 # workflow once the signal is settled (before, the signal took the cancel and the workflow went on).
 PATCH_CANCEL_SURVIVES_SIGNALS = "taskfleet-cancel-survives-signals"
+# A merge queue verifies batches speculatively, several at once, each stacked on the one ahead
+# (before, one batch at a time, its halves one after the other).
+PATCH_QUEUE_SPECULATES = "merge-queue-speculates"

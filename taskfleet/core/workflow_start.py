@@ -62,7 +62,7 @@ def merge_queue(config: MergeQueueConfig, task_queue: str) -> LongLived:
                      f"merge queue: {repo} -> {config.remote}/{config.target}")
 
 
-_QUEUE_SETS = {"enqueued_at", "verified_in", "split_in"}  # an entry's fields the queue fills in
+_QUEUE_SETS = {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}  # an entry's fields the queue fills in
 
 
 def op_payload(op: GitOp | dict[str, Any]) -> dict[str, Any]:
@@ -76,5 +76,5 @@ def entry_payload(entry: QueueEntry | dict[str, Any]) -> dict[str, Any]:
     """An entry as the JSON object sent on the wire: empty fields and the queue's own left out."""
     if isinstance(entry, QueueEntry):
         sent = {f.name for f in fields(QueueEntry)} - _QUEUE_SETS
-        return {k: v for k, v in vars(entry).items() if k in sent and v not in ("", None)}
+        return {k: v for k, v in vars(entry).items() if k in sent and v not in ("", None, 0, [])}
     return entry

@@ -329,7 +329,9 @@ class QueueLandings(Landings):
         retry: Optional[QueueRetry] = self.s.queue_retries.get(task_input.task.id)
         landing = QueueLanding(target=self.target(), verify=board.queue_verify,
                                max_batch=board.queue_max_batch,
-                               max_wait_seconds=board.queue_max_wait_seconds)
+                               max_wait_seconds=board.queue_max_wait_seconds,
+                               parallel=board.queue_parallel,
+                               flake_retries=board.queue_flake_retries)
         if retry is None:
             return replace(task_input, queue=landing)
         landing.attempt, landing.feedback, landing.start_commit = (

@@ -17,11 +17,21 @@ ENTRY_REJECTED = "rejected"  # its verify failed (the tail of the output says wh
 ENTRY_CONFLICT = "conflict"  # it does not merge onto the target's tip (`files` names where)
 ENTRY_STATUSES = (ENTRY_LANDED, ENTRY_REJECTED, ENTRY_CONFLICT)
 
-# Stages of the batch in flight, as `status` shows them.
+# Stages of a batch, as `status` shows them.
+STAGE_WAITING = "waiting"  # for a verify slot, or for the batch it is stacked on to be merged
 STAGE_MERGING = "merging"
 STAGE_VERIFYING = "verifying"
+STAGE_GREEN = "green"  # verified; lands once every batch ahead of it has
+STAGE_RED = "red"  # verified red; decided once every batch ahead of it is green
+STAGE_CONFIRMING = "confirming"  # one entry, red once: verified again on the same merge
 STAGE_PUSHING = "pushing"
 STAGE_BISECTING = "bisecting"
+
+# Where a batch runs: the train lands; an isolation lane tells a red batch's culprits from its
+# innocents (which go back to the queue); a confirm lane verifies a red single entry again.
+LANE_TRAIN = "train"
+LANE_ISOLATE = "isolate"
+LANE_CONFIRM = "confirm"
 
 # How one entry fared in a batch's merge chain (build activity).
 MERGE_MERGED = "merged"
@@ -46,11 +56,17 @@ class QueueEntry:
     reply_to: str = ""  # workflow id that gets signal `queue_outcomes`
     verify: str = ""  # command run on the merged result; default: the queue's `verify`
     task_type: str = ""  # the lesson recorded when it is sent back carries it
+    # How likely it is to break the verify (a judge's revise round, a fix round, a re-run after the
+    # queue sent it back): a risky entry is verified alone before it joins a batch.
+    risk: int = 0
+    files: list[str] = field(default_factory=list)  # paths it changes (at most 20)
     # Set by the workflow (ignored when sent): when it was accepted, and the verify runs (batch ids)
     # and bisection steps it took part in, so a run can count what its entries cost.
     enqueued_at: str = ""
     verified_in: list[str] = field(default_factory=list)
     split_in: list[str] = field(default_factory=list)
+    seq: int = 0  # its place in the queue: entries sent back from a batch rejoin it there
+    passed_alone: bool = False  # verified green apart from the train (a risky entry is, first)
 
 
 @dataclass
@@ -61,8 +77,10 @@ class MergeQueueConfig:
     target: str  # the branch kept green
     remote: str = "origin"
     verify: str = ""  # default command run on each batch's merged result
-    max_batch: int = 8  # the window starts here; it grows by 1 after green, halves after red
+    max_batch: int = 8  # the most entries a batch takes (fewer while culprits are frequent)
     max_wait_seconds: float = 30.0  # a batch starts once the oldest entry has waited this long
+    parallel: int = 4  # verify runs at once: stacked batches, parts of red ones, confirmations
+    flake_retries: int = 1  # more red runs of the same merge before a single entry is a culprit
     verify_timeout_seconds: float = 1800.0
     # How long a verify or push may go without a heartbeat before another worker takes it over.
     heartbeat_timeout_seconds: float = 30.0
@@ -104,18 +122,35 @@ class QueueOutcomes:
 
 
 @dataclass
+class HeldEntry:
+    """An entry that does not merge with the entries ahead of it (but does onto the tip)."""
+
+    entry: QueueEntry
+    reason: str = ""
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
 class QueueBatch:
-    """Entries merged, verified and pushed together; a red one is split into two halves."""
+    """Entries merged and verified together, stacked on the batch ahead (or the target's tip)."""
 
     id: str
     entries: list[QueueEntry]
     verify: str = ""
     stage: str = ""
-    base_tip: str = ""  # the target's tip the merge chain was built on (the push's compare-and-swap)
+    base_tip: str = ""  # the commit its merge chain was built on (the push's compare-and-swap)
     merged_commit: str = ""  # the chain's last commit: what is verified and pushed
-    half_of: str = ""  # the batch this is a half of (bisection), or ""
+    half_of: str = ""  # the red batch this is a part of (bisection), or ""
     rebuilds: int = 0  # times the target moved under it
     started_at: str = ""
+    lane: str = ""  # train | isolate | confirm ("": a batch of a run that verified one at a time)
+    stacked_on: str = ""  # the batch whose merged commit it is built on ("": the target's tip)
+    reds: int = 0  # red runs of its merge (a confirmation needs several)
+    runs: int = 0  # confirmation runs in flight
+    last_part: bool = False  # of a red batch: green with all before it, the red was a flake
+    red_tail: str = ""  # the end of the output of its last red run (a culprit's, a flake's)
+    # Entries that conflict only with entries ahead of them: answered when it lands, else requeued.
+    held: list[HeldEntry] = field(default_factory=list)
 
 
 @dataclass
@@ -136,6 +171,13 @@ class MergeQueueStats:
     verify_seconds: float = 0.0
     window: int = 0  # entries the next batch may take
     refused_inputs: int = 0  # messages refused by validation
+    flaky_runs: int = 0  # red runs told apart as flakes (the same merge, or its parts, passed)
+    confirm_runs: int = 0  # runs of a red single entry's merge again
+    cancelled_runs: int = 0  # verify runs stopped because a batch ahead of them went red
+    culprit_rate: float = 0.0  # of the entries decided lately, the share rejected by the verify
+    red_runs_needed: int = 0  # red runs of one merge making a culprit (flake_retries + 1 or more)
+    in_flight: int = 0  # verify runs now
+    parallel: int = 0  # ... at most
 
 
 @dataclass
@@ -153,6 +195,8 @@ class MergeQueueStatus:
     target_tip: str = ""
     last_error: str = ""  # the last infrastructure failure (the batch is kept and tried again)
     retry_at: str = ""
+    # Every batch in flight, train first in landing order, each with its stage and `stacked_on`.
+    batches: list[QueueBatch] = field(default_factory=list)
 
 
 @dataclass
@@ -174,6 +218,10 @@ class MergeQueueState:
     last_error: str = ""
     retry_at: str = ""
     failures: int = 0  # infrastructure failures in a row (the wait before the next try doubles)
+    batches: list[QueueBatch] = field(default_factory=list)  # in flight (none once carried)
+    fates: list[int] = field(default_factory=list)  # latest decided entries: 1 culprit, 0 landed
+    culprit_files: list[str] = field(default_factory=list)  # paths recent culprits changed
+    next_seq: int = 1
 
 
 @dataclass
@@ -184,6 +232,8 @@ class QueueLanding:
     verify: str = ""  # the board's `queue_verify` ("" : each entry carries its task's verify)
     max_batch: int = 8
     max_wait_seconds: float = 30.0
+    parallel: int = 4
+    flake_retries: int = 1
     # A re-run after the queue sent the task's change back: its number, why, and the target's
     # tip to start from (the queue's view of it; the clone's own branches are never moved).
     attempt: int = 0
@@ -211,6 +261,7 @@ class BuildInput:
     queue_ref: str  # the private ref the target is fetched into
     batch_id: str
     entries: list[QueueEntry]
+    base: str = ""  # the commit to merge onto ("": the target's tip, fetched)
 
 
 @dataclass
@@ -231,6 +282,7 @@ class BuildOutput:
     head: str  # the chain's last commit (== tip when nothing merged)
     merges: list[EntryMerge]
     seconds: float = 0.0
+    base: str = ""  # the commit the chain was built on (the tip, or the merge of the batch ahead)
 
 
 @dataclass
