@@ -49,7 +49,8 @@ def test_overrides_apply_at_the_check_stage_and_the_store_reads_the_rows_once(cl
 
 def test_a_markdown_board_without_run_is_refused_as_its_first_open_row_is_read(clone):
     checked = check_board(parse_board_file(EXAMPLE), verify="true")  # the board-wide part is fine
-    with pytest.raises(BoardError, match=r"board-example\.md:\d+: task changelog has no run command"):
+    with pytest.raises(BoardError,
+                       match=r"board-example\.md:\d+: task changelog has no run command"):
         store_checked_board(checked, str(clone))
     assert git(clone, "for-each-ref", "refs/taskfleet/") == ""
 
@@ -61,11 +62,13 @@ def test_the_verify_notice_names_the_rows_that_keep_their_own_command(clone, tmp
     # A board with a row that cannot run as written gives no notice (as a whole-board parse would
     # not).
     bad = tmp_path / "bad.md"
-    bad.write_text(EXAMPLE.read_text().replace("| [ ] | `task/license-header` |", "| [?] | `task/license-header` |"))
+    bad.write_text(EXAMPLE.read_text().replace("| [ ] | `task/license-header` |",
+                                               "| [?] | `task/license-header` |"))
     checked = check_board(parse_board_file(bad), run="true", verify="make test")
     stored = store_checked_board(checked, str(clone))
     assert checked.own_verification == []
-    assert isinstance(stored, StoredBoard) and [r.id for r in stored.first_page.refused] == ["license-header"]
+    assert isinstance(stored, StoredBoard) and [r.id for r in stored.first_page.refused] == [
+        "license-header"]
 
 
 def test_a_board_checked_whole_goes_inline_and_its_first_bad_row_refuses_it(clone, tmp_path):

@@ -219,7 +219,8 @@ def test_markdown_board_rows_keep_their_lines_and_done_rows_are_not_dispatched(c
     assert page.done == sum(t.done for t in parsed.tasks) >= 1
     assert stored.reference.open_tasks == len(page.tasks)
     bad = tmp_path / "bad.md"
-    bad.write_text(path.read_text().replace("| [ ] | `task/license-header` |", "| [?] | `task/license-header` |"))
+    bad.write_text(path.read_text().replace("| [ ] | `task/license-header` |",
+                                            "| [?] | `task/license-header` |"))
     stored = store_board_file(bad, str(clone), run="true", verify="true")
     (page,) = all_pages(clone, stored.reference.board_id)
     (refused,) = page.refused

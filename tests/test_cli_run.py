@@ -97,7 +97,8 @@ async def test_run_status_and_refused_board(server_address, task_queue, make_wor
         )
         assert ran.returncode == 0, ran.stderr
         result = json.loads(ran.stdout)
-        assert [t["id"] for t in result["tasks"]] == ["changelog", "license-header", "done-file"]  # readme-badge is [x] already
+        # readme-badge is [x] already
+        assert [t["id"] for t in result["tasks"]] == ["changelog", "license-header", "done-file"]
         assert all(t["landed"] for t in result["tasks"])
         assert {"wall_seconds", "task_seconds", "speedup", "pushes",
                 "network_savings"} <= set(result["stats"])

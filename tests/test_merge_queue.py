@@ -1,4 +1,5 @@
-"""MergeQueueWorkflow on a real server, real git and a bare remote: batches, bisection, conflicts, a moving target."""
+"""MergeQueueWorkflow on a real server, real git and a bare remote: batches, bisection, conflicts, a
+moving target."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from tests.conftest import GitRemoteFixture, eventually, git, make_git_remote, s
 
 # A small library with a unit test: what every entry's merged result must keep passing.
 LIB = 'def greet(name):\n    return f"hi {name}"\n'
-TEST = "import unittest\n\nfrom lib import greet\n\n\nclass T(unittest.TestCase):\n    def test_greet(self):\n" \
-       "        self.assertEqual(greet('a'), 'hi a')\n"
+TEST = ("import unittest\n\nfrom lib import greet\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_greet(self):\n"
+        "        self.assertEqual(greet('a'), 'hi a')\n")
 VERIFY = "python3 -m unittest discover -q -s tests -t ."
 
 
@@ -48,11 +50,13 @@ def fast_forward_only(fx: GitRemoteFixture) -> Path:
 def queue(client: Client, fx: GitRemoteFixture, task_queue: str, **config) -> MergeQueueClient:
     config.setdefault("verify", VERIFY)
     config.setdefault("max_wait_seconds", 3600)
-    return MergeQueueClient(client, MergeQueueConfig(repo=str(fx.clone), target="main", **config), task_queue)
+    return MergeQueueClient(client, MergeQueueConfig(repo=str(fx.clone), target="main", **config),
+                            task_queue)
 
 
 def entry(fx: GitRemoteFixture, branch: str, files: dict[str, str | None], **fields) -> QueueEntry:
-    return QueueEntry(branch=branch, expect_commit=fx.branch_with(branch, files), id=branch, **fields)
+    return QueueEntry(branch=branch, expect_commit=fx.branch_with(branch, files),
+                      id=branch, **fields)
 
 
 async def decided(q: MergeQueueClient, count: int, timeout: float = 60) -> MergeQueueStatus:
@@ -83,7 +87,8 @@ def outcomes(status: MergeQueueStatus) -> dict[str, object]:
 
 
 @pytest.mark.smoke
-async def test_a_batch_is_verified_once_and_lands_with_one_push(client, make_worker, task_queue, tmp_path):
+async def test_a_batch_is_verified_once_and_lands_with_one_push(
+        client, make_worker, task_queue, tmp_path):
     fx = library_remote(tmp_path)
     updates = fast_forward_only(fx)
     entries = [entry(fx, f"add/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(3)]
@@ -114,8 +119,9 @@ async def test_two_entries_that_pass_alone_but_fail_together_the_later_is_confir
 ):
     fx = library_remote(tmp_path)
     # A renames greet -> hello (and its test); B adds a test that still calls greet.
-    rename = entry(fx, "rename", {"lib.py": LIB.replace("greet", "hello"),
-                                  "tests/test_greet.py": TEST.replace("greet", "hello")}, task_type="lib")
+    rename = entry(fx, "rename",
+                   {"lib.py": LIB.replace("greet", "hello"),
+                    "tests/test_greet.py": TEST.replace("greet", "hello")}, task_type="lib")
     caller_test = TEST.replace("test_greet", "test_caller")
     caller = entry(fx, "caller", {"tests/test_caller.py": caller_test}, task_type="lib")
     q = queue(client, fx, task_queue, max_batch=4)
@@ -141,7 +147,8 @@ async def test_two_entries_that_pass_alone_but_fail_together_the_later_is_confir
     assert not status.batches and s.window == 4  # one culprit in two decided entries: it holds
     assert passes_verify(fx, tmp_path)
     lessons = queue_lessons(settings)
-    assert [(lesson["failure_type"], lesson["task_type"]) for lesson in lessons] == [("verify_failed", "lib")]
+    assert [(lesson["failure_type"], lesson["task_type"])
+            for lesson in lessons] == [("verify_failed", "lib")]
     assert "greet" in lessons[0]["failure_msg"]
 
 
@@ -166,7 +173,8 @@ async def test_a_red_batch_is_split_in_parallel_parts_and_only_its_culprit_is_re
     assert passes_verify(fx, tmp_path)
 
 
-async def test_a_textual_conflict_is_answered_with_its_files(client, make_worker, task_queue, settings, tmp_path):
+async def test_a_textual_conflict_is_answered_with_its_files(
+        client, make_worker, task_queue, settings, tmp_path):
     fx = library_remote(tmp_path)
     first = entry(fx, "edit/a", {"shared.txt": "line 1\nA\nline 3\n"})
     second = entry(fx, "edit/b", {"shared.txt": "line 1\nB\nline 3\n"})
@@ -186,13 +194,14 @@ async def test_a_textual_conflict_is_answered_with_its_files(client, make_worker
     assert [lesson["failure_type"] for lesson in queue_lessons(settings)] == ["conflict"]
 
 
-async def test_the_target_moved_by_a_person_mid_batch_is_rebuilt_never_forced(client, make_worker, task_queue,
-                                                                               tmp_path):
+async def test_the_target_moved_by_a_person_mid_batch_is_rebuilt_never_forced(
+        client, make_worker, task_queue, tmp_path):
     fx = library_remote(tmp_path)
     updates = fast_forward_only(fx)
     started, release = tmp_path / "verify-started", tmp_path / "verify-release"
     # The first verify waits until the test has pushed to main behind the queue's back.
-    hold = f'if [ ! -e "{started}" ]; then touch "{started}"; while [ ! -e "{release}" ]; do sleep 0.05; done; fi; '
+    hold = (f'if [ ! -e "{started}" ]; then touch "{started}"; '
+            f'while [ ! -e "{release}" ]; do sleep 0.05; done; fi; ')
     entries = [entry(fx, f"mid/{i}", {f"mid/{i}.txt": f"{i}\n"}) for i in range(2)]
     q = queue(client, fx, task_queue, max_batch=2, verify=hold + VERIFY)
     async with make_worker():
@@ -221,7 +230,8 @@ async def test_the_target_moved_by_a_person_mid_batch_is_rebuilt_never_forced(cl
     assert len(updates.read_text().splitlines()) == 2 and fx.pushes() == 2
 
 
-async def test_an_entry_whose_branch_moved_is_rejected_with_the_reason(client, make_worker, task_queue, tmp_path):
+async def test_an_entry_whose_branch_moved_is_rejected_with_the_reason(
+        client, make_worker, task_queue, tmp_path):
     fx = library_remote(tmp_path)
     moved = entry(fx, "moved", {"m.txt": "1\n"})
     fx.branch_with("moved", {"m.txt": "2\n"})  # the branch moves after the entry was sent
@@ -233,6 +243,7 @@ async def test_an_entry_whose_branch_moved_is_rejected_with_the_reason(client, m
             await q.enqueue(e)
         status = await decided(q, 3)
     done = outcomes(status)
-    assert done["moved"].status == "rejected" and "moved after the entry was sent" in done["moved"].reason
+    assert done["moved"].status == "rejected" and "moved after the entry was sent" in done[
+        "moved"].reason
     assert done["gone"].status == "rejected" and "does not exist" in done["gone"].reason
     assert done["good"].status == "landed" and status.stats.verify_runs == 1

@@ -1,5 +1,6 @@
-"""The merge queue from the command line: `taskfleet queue ...` as a user runs it, and the `temporal` CLI
-sending whatever a person can type. Nothing wedges the queue: after each bad input a good entry lands."""
+"""The merge queue from the command line: `taskfleet queue ...` as a user runs it, and the
+`temporal` CLI sending whatever a person can type. Nothing wedges the queue: after each bad input a
+good entry lands."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from pathlib import Path
 
 from taskfleet.clients.merge_queue import merge_queue_workflow_id
 from tests.conftest import GitRemoteFixture, eventually, git
-from tests.test_temporal_cli import SHAPES, inputs_for, nested, run_temporal, starts_fail_with_why, temporal
+from tests.test_temporal_cli import (
+    SHAPES,
+    inputs_for,
+    nested,
+    run_temporal,
+    starts_fail_with_why,
+    temporal,
+)
 from tests.user_cli import assert_one_line_refusal, taskfleet
 
 VERIFY = "test -f seed.marker"
@@ -32,32 +40,36 @@ async def test_queue_add_wait_status_and_refusals_as_a_user_runs_them(
     where.mkdir()
     common = ("--repo", str(fx.clone), "--verify", VERIFY, "--max-wait-seconds", "0.5")
     async with make_worker():
-        done = await taskfleet(server_address, "queue", "add", "feature/ok", *common, "--wait", "--wait-timeout", "20",
-                               cwd=where, task_queue=task_queue)
+        done = await taskfleet(server_address, "queue", "add", "feature/ok", *common, "--wait",
+                               "--wait-timeout", "20", cwd=where, task_queue=task_queue)
         assert done.returncode == 0, (done.stdout, done.stderr)
-        assert "queued entry-1 (feature/ok at" in done.stdout and "entry-1 (feature/ok): landed at" in done.stdout
+        assert "queued entry-1 (feature/ok at" in done.stdout
+        assert "entry-1 (feature/ok): landed at" in done.stdout
         # the target defaulted to the remote's default branch (origin/HEAD: main)
         assert merge_queue_workflow_id(str(fx.clone), "origin", "main", task_queue) in done.stdout
 
-        done = await taskfleet(server_address, "queue", "add", "feature/bad", *common, "--wait", cwd=where,
-                               task_queue=task_queue)
-        assert done.returncode == 1 and "rejected" in done.stdout and "exited with 1" in done.stdout, done.stdout
+        done = await taskfleet(server_address, "queue", "add", "feature/bad", *common, "--wait",
+                               cwd=where, task_queue=task_queue)
+        assert done.returncode == 1, done.stdout
+        assert "rejected" in done.stdout and "exited with 1" in done.stdout, done.stdout
 
-        status = await taskfleet(server_address, "queue", "status", "--repo", str(fx.clone), cwd=where,
-                                 task_queue=task_queue)
+        status = await taskfleet(server_address, "queue", "status", "--repo", str(fx.clone),
+                                 cwd=where, task_queue=task_queue)
         assert status.returncode == 0 and "landed 1, rejected 1" in status.stdout, status.stdout
-        as_json = await taskfleet(server_address, "queue", "status", "--repo", str(fx.clone), "--json", cwd=where,
-                                  task_queue=task_queue)
+        as_json = await taskfleet(server_address, "queue", "status", "--repo", str(fx.clone),
+                                  "--json", cwd=where, task_queue=task_queue)
         # the red one ran twice, on the same merge
         assert json.loads(as_json.stdout)["stats"]["verify_runs"] == 3
 
         # refused before anything is sent: one line, exit code 2
-        assert_one_line_refusal(await taskfleet(server_address, "queue", "add", "no/such", "--repo", str(fx.clone),
-                                                cwd=where, task_queue=task_queue), "no/such", "exists neither")
-        assert_one_line_refusal(await taskfleet(server_address, "queue", "add", "x", "--repo", str(where),
-                                                cwd=where, task_queue=task_queue), "not a git repository")
+        assert_one_line_refusal(await taskfleet(server_address, "queue", "add", "no/such", "--repo",
+                                                str(fx.clone), cwd=where, task_queue=task_queue),
+                                "no/such", "exists neither")
+        assert_one_line_refusal(await taskfleet(server_address, "queue", "add", "x", "--repo", str(
+            where), cwd=where, task_queue=task_queue), "not a git repository")
         # refused by the queue itself (its validator): one line, exit code 1
-        done = await taskfleet(server_address, "queue", "add", "main", *common, cwd=where, task_queue=task_queue)
+        done = await taskfleet(server_address, "queue", "add", "main", *common, cwd=where,
+                               task_queue=task_queue)
         assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "cannot land main into itself" in done.stderr and "Traceback" not in done.stderr
     assert fx.remote_ref("main") == git(fx.remote, "rev-parse", "main")
@@ -74,7 +86,8 @@ async def test_no_input_from_the_temporal_cli_wedges_the_queue(
     good = 0
 
     async def status() -> dict:
-        out = await temporal(server_address, "workflow", "query", "--workflow-id", wf, "--name", "status", "-o", "json")
+        out = await temporal(server_address, "workflow", "query", "--workflow-id", wf, "--name",
+                             "status", "-o", "json")
         return json.loads(out)["queryResult"][0]
 
     async def good_entry_lands() -> None:
@@ -84,20 +97,22 @@ async def test_no_input_from_the_temporal_cli_wedges_the_queue(
         branch = f"cli/good-{good}"
         commit = fx.branch_with(branch, {f"good-{good}.txt": "g\n"}, base="origin/main")
         entry = {"branch": branch, "expect_commit": commit, "id": f"good-{good}"}
-        await temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name", "enqueue",
-                       "--input", json.dumps(entry))
+        await temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name",
+                       "enqueue", "--input", json.dumps(entry))
 
         async def landed() -> None:
             current = await status()
-            assert current["stats"]["landed"] == good, (current["stats"], current["lastError"] if "lastError" in current
-                                                         else current.get("last_error"))
+            assert current["stats"]["landed"] == good, (current["stats"], current["lastError"]
+                                                        if "lastError" in current
+                                                        else current.get("last_error"))
 
         await eventually(landed)
 
     async with make_worker():
-        await temporal(server_address, "workflow", "signal-with-start", "--workflow-id", wf, "--type",
-                       "MergeQueueWorkflow", "--task-queue", task_queue, "--input", start, "--signal-name", "enqueue",
-                       "--signal-input", json.dumps({"branch": "--force", "expect_commit": "a" * 40}))
+        await temporal(server_address, "workflow", "signal-with-start", "--workflow-id", wf,
+                       "--type", "MergeQueueWorkflow", "--task-queue", task_queue, "--input", start,
+                       "--signal-name", "enqueue", "--signal-input",
+                       json.dumps({"branch": "--force", "expect_commit": "a" * 40}))
         await good_entry_lands()
         assert "starts with '-'" in (await status())["rejected"][0]["reason"]
 
@@ -111,7 +126,8 @@ async def test_no_input_from_the_temporal_cli_wedges_the_queue(
             shape = (["--input", json.dumps(bad_fields[int(kind[6:])])] if kind.startswith("field-")
                      else inputs_for(kind, tmp_path))
             before = (await status())["stats"]["refused_inputs"]
-            await temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name", "enqueue", *shape)
+            await temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name",
+                           "enqueue", *shape)
 
             async def refused() -> dict:
                 current = await status()
@@ -120,24 +136,26 @@ async def test_no_input_from_the_temporal_cli_wedges_the_queue(
 
             current = await eventually(refused)
             last = current["rejected"][-1]
-            assert last["handler"] == "enqueue" and last["reason"] and len(json.dumps(last)) < 1500, (kind, last)
+            assert last["handler"] == "enqueue" and last["reason"] and len(
+                json.dumps(last)) < 1500, (kind, last)
             # the submit update refuses in its validator: with why, and nothing enters history
-            rc, _, err = await run_temporal(server_address, "workflow", "update", "execute", "--workflow-id", wf,
-                                            "--name", "submit", *shape)
+            rc, _, err = await run_temporal(server_address, "workflow", "update", "execute",
+                                            "--workflow-id", wf, "--name", "submit", *shape)
             assert rc != 0 and "entry refused" in err and len(err) < 5000, (kind, rc, err[-500:])
         await good_entry_lands()
 
         # flush with stray input, and an unreadable payload, change nothing
-        await temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name", "flush", "--input",
-                       nested(600), "--input", "1")
-        await run_temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name", "enqueue",
-                           "--input", '"x"', "--input-meta", "encoding=no/such-encoding")
+        await temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name", "flush",
+                       "--input", nested(600), "--input", "1")
+        await run_temporal(server_address, "workflow", "signal", "--workflow-id", wf, "--name",
+                           "enqueue", "--input", '"x"', "--input-meta", "encoding=no/such-encoding")
         await good_entry_lands()
         final = await status()
         assert len(json.dumps(final["rejected"])) < 64 * 1024
-        described = await temporal(server_address, "workflow", "describe", "--workflow-id", wf, "-o", "json")
-        assert json.loads(described)["workflowExecutionInfo"]["status"] in ("WORKFLOW_EXECUTION_STATUS_RUNNING",
-                                                                             "Running")
+        described = await temporal(server_address, "workflow", "describe",
+                                   "--workflow-id", wf, "-o", "json")
+        assert json.loads(described)["workflowExecutionInfo"]["status"] in (
+            "WORKFLOW_EXECUTION_STATUS_RUNNING", "Running")
     assert final["stats"]["refused_inputs"] == 1 + len(SHAPES) + len(bad_fields)
     assert final["stats"]["landed"] == good
 
@@ -145,12 +163,10 @@ async def test_no_input_from_the_temporal_cli_wedges_the_queue(
 async def test_bad_start_input_fails_the_queue_with_why(server_address, task_queue, make_worker,
                                                          git_remote: GitRemoteFixture):
     fx = git_remote
-    cases = [
-        ("no-target", [json.dumps({"repo": str(fx.clone)})], "needs 'target'"),
-        ("relative", [json.dumps({"repo": "rel", "target": "main"})], "must be an absolute path"),
-        ("batch", [json.dumps({"repo": str(fx.clone), "target": "main", "max_batch": 0})], "max_batch"),
-        ("state", [json.dumps({"repo": str(fx.clone), "target": "main"}), json.dumps({"queue": 7})],
-         "bad carried state"),
-    ]
+    cases = [("no-target", [json.dumps({"repo": str(fx.clone)})], "needs 'target'"), (
+        "relative", [json.dumps({"repo": "rel", "target": "main"})], "must be an absolute path"),
+             ("batch", [json.dumps({"repo": str(fx.clone), "target": "main", "max_batch": 0})],
+              "max_batch"), ("state", [json.dumps({"repo": str(fx.clone), "target": "main"}),
+                                       json.dumps({"queue": 7})], "bad carried state")]
     async with make_worker():
         await starts_fail_with_why(server_address, task_queue, "MergeQueueWorkflow", cases)

@@ -59,13 +59,14 @@ def load_histories() -> list[WorkflowHistory]:
     histories = []
     for path in sorted(HISTORIES.glob("*.json")):
         data = json.loads(path.read_text())
-        # A recording kept beside an older one (`<name>--<version>`) ran under the id `<name>`, which
-        # its children's ids derive from.
+        # A recording kept beside an older one (`<name>--<version>`) ran under the id
+        # `<name>`, which its children's ids derive from.
         histories.append(WorkflowHistory.from_json(path.stem.split("--")[0], data))
     return histories
 
 
-async def replay(replayer: Replayer, histories: list[WorkflowHistory]) -> tuple[list[str], dict[str, str]]:
+async def replay(
+        replayer: Replayer, histories: list[WorkflowHistory]) -> tuple[list[str], dict[str, str]]:
     """Replay every history; the workflow ids replayed, and the failures by workflow id."""
 
     async def each() -> AsyncIterator[WorkflowHistory]:
@@ -86,7 +87,8 @@ async def test_recorded_histories_replay(settings):
     names = {path.stem for path in HISTORIES.glob("*.json")}
     assert EXPECTED <= names, f"missing recorded histories: {EXPECTED - names}"
     histories = load_histories()
-    replayed, failures = await replay(Replayer(workflows=[SmokeWorkflow], plugins=[TaskfleetPlugin(settings)]), histories)
+    replayed, failures = await replay(
+        Replayer(workflows=[SmokeWorkflow], plugins=[TaskfleetPlugin(settings)]), histories)
     assert not failures, failures
     assert sorted(replayed) == sorted(h.workflow_id for h in histories)
 
@@ -97,7 +99,8 @@ async def test_unsandboxed_workflows_replay_inside_the_sandbox():
     unsandboxed = {workflow._Definition.from_class(cls).name for cls in WORKFLOWS
                    if not workflow._Definition.from_class(cls).sandboxed}
     twins = {workflow._Definition.from_class(cls).name: cls for cls in TWINS}
-    assert unsandboxed == set(twins), "every unsandboxed workflow needs a twin in tests/sandboxed_twins.py"
+    assert unsandboxed == set(twins), \
+        "every unsandboxed workflow needs a twin in tests/sandboxed_twins.py"
     histories = [h for h in load_histories() if _workflow_type(h) in twins]
     assert histories, f"no recorded history of {sorted(twins)}"
     replayed, failures = await replay(Replayer(workflows=list(twins.values())), histories)

@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
-from taskfleet.activities.git.worktrees import resolve
 from temporalio import activity
 
+from taskfleet.activities.git.worktrees import resolve
 from taskfleet.core.ids import landing_op_id
-from taskfleet.core.workflow_start import entry_payload, merge_queue
 from taskfleet.core.merge_queue_validation import MAX_FILE_CHARS, MAX_FILES, MAX_RISK
 from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 from taskfleet.core.models.orchestrator import TaskInput, TaskResult
 from taskfleet.core.names import SIGNAL_ENQUEUE
+from taskfleet.core.workflow_start import entry_payload, merge_queue
 
 
 def base_commit_of(params: TaskInput) -> str:
@@ -35,7 +35,8 @@ def queue_env(params: TaskInput) -> dict[str, str]:
     """What a command task re-run after the merge queue sent it back learns from its environment."""
     if params.queue is None or not params.queue.attempt:
         return {}
-    return {"TASKFLEET_QUEUE_ATTEMPT": str(params.queue.attempt), "TASKFLEET_QUEUE_FEEDBACK": params.queue.feedback}
+    return {"TASKFLEET_QUEUE_ATTEMPT": str(params.queue.attempt),
+            "TASKFLEET_QUEUE_FEEDBACK": params.queue.feedback}
 
 
 def risk_of(params: TaskInput, result: TaskResult) -> int:
@@ -81,7 +82,8 @@ async def submit_to_queue(params: TaskInput, result: TaskResult) -> None:
     target = merge_queue(config, params.git_task_queue)
 
     async def start(options: dict) -> object:
-        return await client.start_workflow(target.workflow_type, config, start_signal=SIGNAL_ENQUEUE,
+        return await client.start_workflow(target.workflow_type, config,
+                                           start_signal=SIGNAL_ENQUEUE,
                                            start_signal_args=[entry_payload(entry)], **options)
 
     await target.start(start)

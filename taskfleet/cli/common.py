@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Awaitable
 from dataclasses import asdict, is_dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
-from taskfleet.clients.connection import connect, load_connect_config
+from taskfleet.clients.connection import StartupError, connect, load_connect_config
 from taskfleet.core.names import DEFAULT_TASK_QUEUE
+
+T = TypeVar("T")
 
 
 def to_json(value: Any) -> str:
@@ -20,6 +24,15 @@ def to_json(value: Any) -> str:
 
 async def client_for(args: argparse.Namespace) -> Client:
     return await connect(load_connect_config(args.address, args.namespace))
+
+
+async def ask(call: Awaitable[T], what: str, workflow_id: str) -> T:
+    """The answer of a long-lived workflow the command names; if the server knows no such
+    workflow, one line saying which (exit code 2), not a traceback."""
+    try:
+        return await call
+    except RPCError as err:
+        raise StartupError(f"no {what} {workflow_id}: {err.message}") from None
 
 
 def examples(*commands: str) -> dict[str, Any]:

@@ -10,12 +10,12 @@ import textwrap
 from typing import Any
 
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.service import RPCError
 
 from taskfleet.cli.common import (
     add_batch_flags,
     add_clone_flags,
     add_json_flag,
+    ask,
     client_for,
     examples,
     to_json,
@@ -154,11 +154,7 @@ def format_git_status(workflow_id: str, status: GitBatchStatus) -> str:
 async def git_status(args: argparse.Namespace) -> int:
     client = await client_for(args)
     gb = _batcher(args, client)
-    try:
-        status = await gb.status()
-    except RPCError as err:
-        print(f"taskfleet: no git batcher {gb.workflow_id}: {err.message}", file=sys.stderr)
-        return 2
+    status = await ask(gb.status(), "git batcher", gb.workflow_id)
     print(to_json(status) if args.json else format_git_status(gb.workflow_id, status))
     return 0
 

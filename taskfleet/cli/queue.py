@@ -11,20 +11,32 @@ import textwrap
 import time
 
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.service import RPCError
 
-from taskfleet.cli.common import add_batch_flags, add_clone_flags, add_json_flag, client_for, examples, to_json
+from taskfleet.cli.common import (
+    add_batch_flags,
+    add_clone_flags,
+    add_json_flag,
+    ask,
+    client_for,
+    examples,
+    to_json,
+)
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.merge_queue import MergeQueueClient, merge_queue_workflow_id
 from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.default_branch import default_branch
 from taskfleet.core.merge_queue_validation import queue_numbers_problem, speculation_problem
-from taskfleet.core.models.merge_queue import EntryOutcome, MergeQueueConfig, MergeQueueStatus, QueueEntry
+from taskfleet.core.models.merge_queue import (
+    EntryOutcome,
+    MergeQueueConfig,
+    MergeQueueStatus,
+    QueueEntry,
+)
 
 
 def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=60, check=False)
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60, check=False)
 
 
 def _clone(args: argparse.Namespace) -> str:
@@ -42,14 +54,15 @@ def _target(args: argparse.Namespace, repo: str) -> str:
         return args.target
     name = default_branch(repo, args.remote)
     if not name:
-        raise StartupError(f"cannot tell the default branch of {args.remote} in {repo}; pass --target")
+        raise StartupError(
+            f"cannot tell the default branch of {args.remote} in {repo}; pass --target")
     return name
 
 
 def _queue(args: argparse.Namespace, client: Client, repo: str) -> MergeQueueClient:
     # The queue's own settings matter only to a call that starts it (`add`).
-    numbers = {k: getattr(args, k, d) for k, d in
-               (("max_batch", 8), ("max_wait_seconds", 30.0), ("parallel", 4), ("flake_retries", 1))}
+    numbers = {k: getattr(args, k, d) for k, d in (("max_batch", 8), ("max_wait_seconds", 30.0),
+                                                   ("parallel", 4), ("flake_retries", 1))}
     problem = (queue_numbers_problem(numbers["max_batch"], numbers["max_wait_seconds"], "--")
                or speculation_problem(numbers["parallel"], numbers["flake_retries"], "--"))
     if problem:
@@ -69,7 +82,8 @@ def _commit_of(repo: str, remote: str, branch: str) -> str:
 
 async def queue_add(args: argparse.Namespace) -> int:
     repo = _clone(args)
-    entry = QueueEntry(branch=args.branch, expect_commit=args.commit or _commit_of(repo, args.remote, args.branch),
+    entry = QueueEntry(branch=args.branch,
+                       expect_commit=args.commit or _commit_of(repo, args.remote, args.branch),
                        id=args.id or "", reply_to=args.reply_to or "", verify=args.verify or "")
     client = await client_for(args)
     notice = await ensure_search_attributes(client)
@@ -105,7 +119,8 @@ async def _wait_for(q: MergeQueueClient, entry_id: str, timeout: float) -> Entry
 
 
 def format_outcome(o: EntryOutcome) -> str:
-    lines = [f"{o.entry_id} ({o.branch}): {o.status}" + (f" at {o.commit[:12]}" if o.commit else "")]
+    lines = [
+        f"{o.entry_id} ({o.branch}): {o.status}" + (f" at {o.commit[:12]}" if o.commit else "")]
     if o.reason:
         lines.extend(textwrap.wrap(o.reason, 100, initial_indent="  ", subsequent_indent="  "))
     if o.output_tail:
@@ -117,18 +132,18 @@ def format_outcome(o: EntryOutcome) -> str:
 def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
     c, s = status.config, status.stats
     lines = [
-        f"{workflow_id}: {c.repo} -> {c.remote}/{c.target} (run {status.runs}), tip {status.target_tip[:12] or '?'}",
+        f"{workflow_id}: {c.repo} -> {c.remote}/{c.target} (run {status.runs}), tip "
+        f"{status.target_tip[:12] or '?'}",
         f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}, culprit rate "
         f"{s.culprit_rate}), verify runs in flight {s.in_flight} of {c.parallel}, refused inputs "
         f"{s.refused_inputs}",
-        f"  landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}; batches {s.batches}, "
-        f"verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), bisection steps {s.bisection_steps}, "
-        f"pushes {s.pushes}, rebuilds {s.rebuilds}; time in queue avg {s.queue_seconds_avg:.1f}s "
-        f"max {s.queue_seconds_max:.1f}s",
+        f"  landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}; batches "
+        f"{s.batches}, verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), "
+        f"bisection steps {s.bisection_steps}, pushes {s.pushes}, rebuilds {s.rebuilds}; time in "
+        f"queue avg {s.queue_seconds_avg:.1f}s max {s.queue_seconds_max:.1f}s",
         f"  flaky runs {s.flaky_runs}, confirmation runs {s.confirm_runs}, cancelled runs "
-        f"{s.cancelled_runs}; a culprit takes {s.red_runs_needed or c.flake_retries + 1} red "
-        "runs of one merge",
-    ]
+        f"{s.cancelled_runs}; a culprit takes {s.red_runs_needed or c.flake_retries + 1} red runs "
+        "of one merge"]
     for b in status.batches:
         on = f"on {b.stacked_on}" if b.stacked_on else "on the tip"
         part = f", part of {b.half_of}" if b.half_of else ""
@@ -150,7 +165,8 @@ def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
     if status.last_error:
         lines.append(f"  last error (trying again at {status.retry_at}): {status.last_error}")
     for outcome in status.recent[-10:]:
-        lines.append(f"  {outcome.status:<8} {outcome.entry_id} ({outcome.branch}) {outcome.reason[:100]}")
+        lines.append(
+            f"  {outcome.status:<8} {outcome.entry_id} ({outcome.branch}) {outcome.reason[:100]}")
     for refused in status.rejected[-5:]:
         lines.append(f"  refused ({refused.handler}): {refused.reason}")
     return "\n".join(lines)
@@ -160,11 +176,7 @@ async def queue_status(args: argparse.Namespace) -> int:
     repo = os.path.abspath(args.repo)
     client = await client_for(args)
     q = _queue(args, client, repo)
-    try:
-        status = await q.status()
-    except RPCError as err:
-        print(f"taskfleet: no merge queue {q.workflow_id}: {err.message}", file=sys.stderr)
-        return 2
+    status = await ask(q.status(), "merge queue", q.workflow_id)
     print(to_json(status) if args.json else format_queue_status(q.workflow_id, status))
     return 0
 
@@ -173,11 +185,7 @@ async def queue_flush(args: argparse.Namespace) -> int:
     repo = os.path.abspath(args.repo)
     client = await client_for(args)
     q = _queue(args, client, repo)
-    try:
-        await q.flush()
-    except RPCError as err:
-        print(f"taskfleet: no merge queue {q.workflow_id}: {err.message}", file=sys.stderr)
-        return 2
+    await ask(q.flush(), "merge queue", q.workflow_id)
     print(f"flush requested on {q.workflow_id}")
     return 0
 
@@ -189,38 +197,47 @@ async def queue_id(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("queue", help="land branches through a target branch's merge queue").add_subparsers(
-        dest="queue_command", required=True
-    )
+    group = sub.add_parser(
+        "queue", help="land branches through a target branch's merge queue").add_subparsers(
+            dest="queue_command", required=True)
 
     def target(p: argparse.ArgumentParser) -> None:
         add_clone_flags(p)
-        p.add_argument("--target", help="the branch kept green (default: the remote's default branch)")
+        p.add_argument("--target",
+                       help="the branch kept green (default: the remote's default branch)")
 
-    add = group.add_parser("add", help="queue a branch (its current commit) to land on the target", **examples(
-        "taskfleet queue add feature/a --repo /srv/clone --verify 'make test'",
-        "taskfleet queue add feature/b --repo /srv/clone --target release --wait"))
-    add.add_argument("branch", help="the branch to land (its commit in the clone, or on the remote)")
+    add = group.add_parser(
+        "add", help="queue a branch (its current commit) to land on the target",
+        **examples("taskfleet queue add feature/a --repo /srv/clone --verify 'make test'",
+                   "taskfleet queue add feature/b --repo /srv/clone --target release --wait"))
+    add.add_argument("branch",
+                     help="the branch to land (its commit in the clone, or on the remote)")
     target(add)
-    add.add_argument("--verify", help="command run on each merged batch holding this entry (also the queue's "
-                                      "default, if this starts the queue)")
+    add.add_argument("--verify", help="command run on each merged batch holding this entry (also "
+                                      "the queue's default, if this starts the queue)")
     add_batch_flags(add, 8, 30.0, "entries")
     add.add_argument("--parallel", type=int, default=4,
                      help="verify runs at once, if this starts the queue (default 4)")
     add.add_argument("--flake-retries", type=int, default=1,
                      help="runs again of a red entry's merge before it is a culprit, if this "
                           "starts the queue (default 1)")
-    add.add_argument("--commit", help="the commit to land (default: the branch's commit in the clone)")
-    add.add_argument("--id", help="entry id (default: given by the queue); a repeated id is ignored")
+    add.add_argument("--commit",
+                     help="the commit to land (default: the branch's commit in the clone)")
+    add.add_argument("--id",
+                     help="entry id (default: given by the queue); a repeated id is ignored")
     add.add_argument("--reply-to", help="workflow id told the outcome (signal queue_outcomes)")
-    add.add_argument("--wait", action="store_true", help="wait for the outcome and print it (exit 1 unless landed)")
+    add.add_argument("--wait", action="store_true",
+                     help="wait for the outcome and print it (exit 1 unless landed)")
     add.add_argument("--wait-timeout", type=float, default=3600.0,
                      help="with --wait: give up after this many seconds (default 3600; exit 1)")
     add.set_defaults(func=queue_add)
 
-    status = group.add_parser("status", help="queued entries, the batches in flight and what each "
-                              "is stacked on, flaky runs, recent outcomes and stats", **examples(
-        "taskfleet queue status --repo /srv/clone", "taskfleet queue status --repo /srv/clone --target release --json"))
+    status = group.add_parser(
+        "status",
+        help="queued entries, the batches in flight and what each is stacked on, flaky runs, "
+             "recent outcomes and stats",
+        **examples("taskfleet queue status --repo /srv/clone",
+           "taskfleet queue status --repo /srv/clone --target release --json"))
     target(status)
     add_json_flag(status, "the status")
     status.set_defaults(func=queue_status)
@@ -230,7 +247,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     target(flush)
     flush.set_defaults(func=queue_flush)
 
-    ident = group.add_parser("id", help="print the queue's workflow id for a clone, remote and target", **examples(
-        "taskfleet queue id --repo /srv/clone --target main"))
+    ident = group.add_parser("id",
+                             help="print the queue's workflow id for a clone, remote and target",
+                             **examples("taskfleet queue id --repo /srv/clone --target main"))
     target(ident)
     ident.set_defaults(func=queue_id)

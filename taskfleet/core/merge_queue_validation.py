@@ -18,7 +18,8 @@ from taskfleet.core.models.merge_queue import MergeQueueConfig, QueueEntry
 # `status`, say), and ignored.
 _SET_BY_QUEUE = {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}
 _ENTRY_FIELDS = {f.name for f in fields(QueueEntry)} - _SET_BY_QUEUE
-_MAX_LENGTHS = {"id": 200, "branch": 255, "expect_commit": 40, "reply_to": 1000, "verify": 4096, "task_type": 200}
+_MAX_LENGTHS = {"id": 200, "branch": 255, "expect_commit": 40, "reply_to": 1000, "verify": 4096,
+                "task_type": 200}
 _SHA1_HEX = re.compile(r"[0-9a-f]{40}")
 _REMOTE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_ENTRY_BYTES = 16 * 1024
@@ -62,10 +63,12 @@ def parse_entry(raw: Any) -> QueueEntry:
             "`git rev-parse BRANCH`, or `taskfleet queue add` fills it in)"
         )
     if not _SHA1_HEX.fullmatch(commit):
-        raise InvalidQueueEntry("field 'expect_commit' must be a full 40-hex commit id (lower case)")
+        raise InvalidQueueEntry(
+            "field 'expect_commit' must be a full 40-hex commit id (lower case)")
     verify = raw.get("verify") or ""
     if verify and not verify.strip():
-        raise InvalidQueueEntry("field 'verify' is blank; leave it out to use the queue's verify command")
+        raise InvalidQueueEntry(
+            "field 'verify' is blank; leave it out to use the queue's verify command")
     if "\x00" in verify:
         raise InvalidQueueEntry("field 'verify' contains a NUL byte")
     risk, files = raw.get("risk") or 0, raw.get("files") or []
@@ -75,13 +78,13 @@ def parse_entry(raw: Any) -> QueueEntry:
             or not all(isinstance(f, str) and 0 < len(f) <= MAX_FILE_CHARS for f in files)):
         raise InvalidQueueEntry(f"field 'files' must be a list of at most {MAX_FILES} paths "
                                 f"(each at most {MAX_FILE_CHARS} characters)")
-    entry = QueueEntry(
-        branch=raw["branch"], expect_commit=commit, id=raw.get("id") or "", reply_to=raw.get("reply_to") or "",
-        verify=verify, task_type=raw.get("task_type") or "", risk=risk, files=list(files),
-    )
+    entry = QueueEntry(branch=raw["branch"], expect_commit=commit, id=raw.get("id") or "",
+                       reply_to=raw.get("reply_to") or "", verify=verify,
+                       task_type=raw.get("task_type") or "", risk=risk, files=list(files))
     size = json_size(entry)
     if size > MAX_ENTRY_BYTES:
-        raise InvalidQueueEntry(f"entry is {size // 1024} KiB as JSON; the limit is {MAX_ENTRY_BYTES // 1024} KiB")
+        raise InvalidQueueEntry(
+            f"entry is {size // 1024} KiB as JSON; the limit is {MAX_ENTRY_BYTES // 1024} KiB")
     return entry
 
 
@@ -101,7 +104,8 @@ def parse_queue_config(raw: Any) -> MergeQueueConfig:
         known = {f.name for f in fields(MergeQueueConfig)}
         unknown = sorted(str(k) for k in set(raw) - known)
         if unknown:
-            raise InvalidQueueEntry(f"unknown start field(s) {', '.join(unknown[:5])}; allowed: {sorted(known)}")
+            raise InvalidQueueEntry(
+                f"unknown start field(s) {', '.join(unknown[:5])}; allowed: {sorted(known)}")
         for name in ("repo", "target"):
             if not raw.get(name):
                 raise InvalidQueueEntry(f"start input needs '{name}'")
@@ -110,7 +114,8 @@ def parse_queue_config(raw: Any) -> MergeQueueConfig:
         except TypeError as err:
             raise InvalidQueueEntry(f"bad start input: {err}") from None
     else:
-        raise InvalidQueueEntry("start input must be a JSON object with at least 'repo' and 'target'")
+        raise InvalidQueueEntry(
+            "start input must be a JSON object with at least 'repo' and 'target'")
     if not isinstance(config.repo, str) or not config.repo.startswith("/"):
         raise InvalidQueueEntry(f"repo {config.repo!r} must be an absolute path on the worker")
     if not isinstance(config.remote, str) or not _REMOTE.fullmatch(config.remote):
@@ -119,7 +124,8 @@ def parse_queue_config(raw: Any) -> MergeQueueConfig:
     if problem:
         raise InvalidQueueEntry(f"target: {problem}")
     if not isinstance(config.verify, str) or len(config.verify) > 4096 or "\x00" in config.verify:
-        raise InvalidQueueEntry("verify must be a command line (a string of at most 4096 characters)")
+        raise InvalidQueueEntry(
+            "verify must be a command line (a string of at most 4096 characters)")
     problem = queue_numbers_problem(config.max_batch, config.max_wait_seconds)
     if problem:
         raise InvalidQueueEntry(problem)
@@ -137,7 +143,8 @@ def parse_queue_config(raw: Any) -> MergeQueueConfig:
 def queue_numbers_problem(max_batch: Any, max_wait_seconds: Any, prefix: str = "") -> str | None:
     """Why a batch size or wait is unusable (naming the key with `prefix`), or None."""
     if not _whole(max_batch) or not 1 <= max_batch <= MAX_BATCH_LIMIT:
-        return f"{prefix}max_batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, got {max_batch!r}"
+        return (f"{prefix}max_batch must be a whole number from 1 to {MAX_BATCH_LIMIT}, "
+                f"got {max_batch!r}")
     if not _number(max_wait_seconds) or max_wait_seconds <= 0:
         return f"{prefix}max_wait_seconds must be a number > 0, got {max_wait_seconds!r}"
     return None

@@ -62,7 +62,8 @@ def merge_queue(config: MergeQueueConfig, task_queue: str) -> LongLived:
                      f"merge queue: {repo} -> {config.remote}/{config.target}")
 
 
-_QUEUE_SETS = {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}  # an entry's fields the queue fills in
+# an entry's fields the queue fills in
+_QUEUE_SETS = {"enqueued_at", "verified_in", "split_in", "seq", "passed_alone"}
 
 
 def op_payload(op: GitOp | dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Wire types of the merge queue: entries, outcomes, `MergeQueueWorkflow` state, queries and activity I/O.
+"""Wire types of the merge queue: entries, outcomes, `MergeQueueWorkflow` state, queries and
+activity I/O.
 
-Plain dataclasses with defaults, so fields can be added later without breaking a caller that sends an
-older shape, and `temporal` CLI users read them as JSON.
+Plain dataclasses with defaults, so fields can be added later without breaking a caller that sends
+an older shape, and `temporal` CLI users read them as JSON.
 """
 
 # No `from __future__ import annotations` here: the data converter resolves these hints on every
@@ -13,7 +14,8 @@ from taskfleet.core.models.git_batch import RejectedOp
 
 # Outcomes of an entry.
 ENTRY_LANDED = "landed"
-ENTRY_REJECTED = "rejected"  # its verify failed (the tail of the output says why), or it cannot land
+# its verify failed (the tail of the output says why), or it cannot land
+ENTRY_REJECTED = "rejected"
 ENTRY_CONFLICT = "conflict"  # it does not merge onto the target's tip (`files` names where)
 ENTRY_STATUSES = (ENTRY_LANDED, ENTRY_REJECTED, ENTRY_CONFLICT)
 
@@ -71,7 +73,8 @@ class QueueEntry:
 
 @dataclass
 class MergeQueueConfig:
-    """Start input of `MergeQueueWorkflow` (the first starter's settings hold for the queue's life)."""
+    """Start input of `MergeQueueWorkflow` (the first starter's settings hold for the queue's
+    life)."""
 
     repo: str  # absolute path of the clone on the workers
     target: str  # the branch kept green
@@ -90,7 +93,8 @@ class MergeQueueConfig:
 
 @dataclass
 class EntryOutcome:
-    """What became of one entry; sent to its `reply_to` and kept among `status`'s recent outcomes."""
+    """What became of one entry; sent to its `reply_to` and kept among `status`'s recent
+    outcomes."""
 
     entry_id: str
     branch: str
@@ -98,12 +102,14 @@ class EntryOutcome:
     reason: str = ""
     files: list[str] = field(default_factory=list)  # conflict: the files that do not merge
     output_tail: str = ""  # rejected: the end of the verify command's output
-    # landed: the target's new tip; rejected or conflict: the tip it was judged on (redo work there).
+    # landed: the target's new tip; rejected or conflict: the tip it was judged on (redo work
+    # there).
     commit: str = ""
     branch_commit: str = ""  # the entry's commit (its `expect_commit`)
     target: str = ""
     batch_id: str = ""
-    pushed_in: str = ""  # landed: the batch whose push landed it ("" when it was in the target already)
+    # landed: the batch whose push landed it ("" when it was in the target already)
+    pushed_in: str = ""
     verified_in: list[str] = field(default_factory=list)
     split_in: list[str] = field(default_factory=list)
     seconds_in_queue: float = 0.0
@@ -201,7 +207,8 @@ class MergeQueueStatus:
 
 @dataclass
 class MergeQueueState:
-    """Everything a `MergeQueueWorkflow` carries across continue-as-new: nothing accepted is dropped."""
+    """Everything a `MergeQueueWorkflow` carries across continue-as-new: nothing accepted is
+    dropped."""
 
     queue: list[QueueEntry] = field(default_factory=list)
     halves: list[QueueBatch] = field(default_factory=list)
@@ -321,7 +328,8 @@ class PushInput:
 class PushOutput:
     status: str  # landed | moved
     tip: str  # the target's tip on the remote after the push (the commit when landed)
-    pushed: bool = False  # this attempt moved the target (False: an earlier attempt had, or it moved)
+    # this attempt moved the target (False: an earlier attempt had, or it moved)
+    pushed: bool = False
     seconds: float = 0.0
 
 
