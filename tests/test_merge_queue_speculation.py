@@ -68,7 +68,7 @@ async def test_a_speculation_undone_by_a_culprit_ahead_is_rebuilt_without_it(
     fx = library_remote(tmp_path)
     tips = forward_only(fx)
     culprit = entry(fx, "culprit", {"lib.py": LIB.replace("hi", "bye")}, task_type="lib")
-    good = [entry(fx, f"good/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(2)]
+    good = [entry(fx, f"good/{i}", {f"pages/{i}.txt": f"{i}\n"}) for i in range(2)]
     # The culprit's own batch (batch-1) is verified last: the batches stacked on it finish first.
     slow_head = 'if [ "$TASKFLEET_QUEUE_BATCH" = batch-1 ]; then sleep 1; fi; '
     q = queue(client, fx, task_queue, max_batch=1, parallel=3, verify=slow_head + VERIFY)
@@ -100,7 +100,7 @@ async def test_a_flaky_single_entry_is_verified_again_on_the_same_merge_and_land
     once = tmp_path / "flaked"
     # The suite's first run fails for no reason of the change's (a flaky test); later ones pass.
     flaky = f'if [ ! -e "{once}" ]; then touch "{once}"; echo "FAIL: test_network"; exit 1; fi; '
-    change = entry(fx, "change", {"notes/a.txt": "a\n"}, task_type="docs")
+    change = entry(fx, "change", {"pages/a.txt": "a\n"}, task_type="docs")
     q = queue(client, fx, task_queue, verify=flaky + VERIFY)
     async with make_worker():
         await q.enqueue(change)
@@ -127,7 +127,7 @@ async def test_a_red_batch_whose_parts_all_pass_is_recorded_flaky_and_lands(
     flaky = (
         f'if [ ! -e "{once}" ]; then touch "{once}"; echo "FAIL: test_clock (flaky)"; exit 1; fi; '
     )
-    entries = [entry(fx, f"e/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(4)]
+    entries = [entry(fx, f"e/{i}", {f"pages/{i}.txt": f"{i}\n"}) for i in range(4)]
     q = queue(client, fx, task_queue, max_batch=4, parallel=2, verify=flaky + VERIFY)
     async with make_worker():
         for e in entries:  # a full window: one batch of four, red once for no reason
@@ -148,8 +148,8 @@ async def test_a_risky_entry_is_verified_alone_and_a_risky_culprit_never_splits_
     culprit = entry(
         fx, "culprit", {"lib.py": LIB.replace("hi", "bye")}, risk=1
     )  # its judge asked for a revise
-    good = [entry(fx, f"good/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(3)]
-    risky_good = entry(fx, "risky-good", {"notes/r.txt": "r\n"}, risk=2)
+    good = [entry(fx, f"good/{i}", {f"pages/{i}.txt": f"{i}\n"}) for i in range(3)]
+    risky_good = entry(fx, "risky-good", {"pages/r.txt": "r\n"}, risk=2)
     q = queue(client, fx, task_queue, max_batch=8, parallel=2)
     async with make_worker():
         for e in (good[0], culprit, good[1], risky_good, good[2]):
@@ -174,7 +174,7 @@ async def test_status_the_cli_and_the_web_ui_show_each_batch_stage_and_base(
     fx = library_remote(tmp_path)
     release = tmp_path / "release"
     hold = f'while [ ! -e "{release}" ]; do sleep 0.05; done; '
-    entries = [entry(fx, f"s/{i}", {f"notes/{i}.txt": f"{i}\n"}) for i in range(3)]
+    entries = [entry(fx, f"s/{i}", {f"pages/{i}.txt": f"{i}\n"}) for i in range(3)]
     q = queue(client, fx, task_queue, max_batch=1, parallel=3, verify=hold + VERIFY)
     async with make_worker():
         for e in entries:
