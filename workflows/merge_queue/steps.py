@@ -3,7 +3,7 @@
 A mixin of `MergeQueueWorkflow`. The loop starts up to `parallel` verify runs (train batches, parts
 of a red batch, confirmations of a red entry), each an activity any worker of the task queue can
 take; every batch runs as its own task (merge onto the batch below once that one is merged, then
-verify), and hands its result to `Train` (workflows/merge_queue_train.py), which decides. A batch
+verify), and hands its result to `Train` (workflows/merge_queue/train.py), which decides. A batch
 that leaves the flight has its task cancelled (its verify command is stopped). Green batches at the
 head of the train land with ONE compare-and-swap push, never forced.
 """
@@ -14,13 +14,13 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
-from taskfleet.workflows.merge_queue_batches import (
+from taskfleet.workflows.merge_queue.one_at_a_time import (
     BACKOFF_MAX_SECONDS,
     CANNOT_LAND,
     GIT_RETRY,
     VERIFY_RETRY,
 )
-from taskfleet.workflows.merge_queue_train import Train
+from taskfleet.workflows.merge_queue.train import Train
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 

@@ -4,9 +4,9 @@ Entries (a branch and the commit it must be at) arrive by signal `enqueue` or up
 a board's tasks (`land = "queue"`) or any client. A batch starts when the window is full, when the
 oldest entry has waited `max_wait_seconds`, or on `flush`, and while verify slots are free: up to
 `parallel` batches are verified at once, each stacked on the one ahead. What a result means is in
-workflows/merge_queue_train.py, how the activities run in workflows/merge_queue_steps.py (runs
-started before speculation: workflows/merge_queue_batches.py), what each entry is told in
-workflows/merge_queue_outcomes.py. The queue lives in workflow state: an accepted entry survives
+workflows/merge_queue/train.py, how the activities run in workflows/merge_queue/steps.py (runs
+started before speculation: workflows/merge_queue/one_at_a_time.py), what each entry is told in
+workflows/merge_queue/outcomes.py. The queue lives in workflow state: an accepted entry survives
 worker crashes, server restarts and continue-as-new until it is answered.
 """
 
@@ -21,10 +21,10 @@ from temporalio.exceptions import ApplicationError
 
 from taskfleet.workflows import compat
 from taskfleet.workflows.intake import ids_to_carry, parse_state, refusal, remember_id, should_continue_as_new
-from taskfleet.workflows.merge_queue_batches import BatchesMixin
-from taskfleet.workflows.merge_queue_outcomes import OutcomesMixin
-from taskfleet.workflows.merge_queue_steps import StepsMixin, stage_line
-from taskfleet.workflows.merge_queue_train import Train
+from taskfleet.workflows.merge_queue.one_at_a_time import BatchesMixin
+from taskfleet.workflows.merge_queue.outcomes import OutcomesMixin
+from taskfleet.workflows.merge_queue.steps import StepsMixin, stage_line
+from taskfleet.workflows.merge_queue.train import Train
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.bounded import args_problem, clip, json_size

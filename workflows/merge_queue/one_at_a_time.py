@@ -1,7 +1,7 @@
 """One batch at a time from merge to push, and the bisection of a red one (after bors-ng's divider).
 
 The path of queues started before speculation (workflows/compat.py `merge_queue_speculates`): such
-a run keeps it until it continues as new; new runs speculate (workflows/merge_queue_steps.py).
+a run keeps it until it continues as new; new runs speculate (workflows/merge_queue/steps.py).
 A mixin of `MergeQueueWorkflow`. One batch at a time: its entries are merged in order onto the
 target's tip (entries that conflict or cannot land are answered at once and left out), the merged
 commit is verified ONCE, and a green one moves the target with ONE compare-and-swap push; if the

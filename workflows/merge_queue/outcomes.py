@@ -1,7 +1,7 @@
 """What the merge queue says about each entry: its outcome, the counters, the reply, the lesson.
 
-A mixin of `MergeQueueWorkflow` (workflows/merge_queue.py): the decisions are made by the batch
-steps (workflows/merge_queue_batches.py); here each becomes an `EntryOutcome`, counted in `stats`,
+A mixin of `MergeQueueWorkflow` (workflows/merge_queue/__init__.py): the decisions are made by the batch
+steps (workflows/merge_queue/one_at_a_time.py); here each becomes an `EntryOutcome`, counted in `stats`,
 kept among the recent outcomes, signalled to the entry's `reply_to` (`queue_outcomes`), and, for an
 entry sent back, recorded as a lesson (activity type `queue`) so later prompts carry it.
 """
