@@ -1,28 +1,29 @@
 """The merge queue's speculation at work: activities for every batch in flight, at once.
 
-A mixin of `MergeQueueWorkflow`. The loop starts up to `parallel` verify runs (train batches, parts
-of a red batch, confirmations of a red entry), each an activity any worker of the task queue can
-take; every batch runs as its own task (merge onto the batch below once that one is merged, then
-verify), and hands its result to `Train` (workflows/merge_queue/train.py), which decides. A batch
-that leaves the flight has its task cancelled (its verify command is stopped). Green batches at the
-head of the train land with ONE compare-and-swap push, never forced.
+The run loop of `MergeQueueWorkflow` (runs started before speculation: `one_at_a_time.py`) starts
+up to `parallel` verify runs (train batches, parts of a red batch, confirmations of a red entry),
+each an activity any worker of the task queue can take; every batch runs as its own task (merge
+onto the batch below once that one is merged, then verify), and hands its result to `Train`
+(`train.py`), which decides. A batch that leaves the flight has its task cancelled (its verify
+command is stopped). Green batches at the head of the train land with ONE compare-and-swap push,
+never forced.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Optional
 
-from taskfleet.workflows.merge_queue.one_at_a_time import (
-    BACKOFF_MAX_SECONDS,
-    CANNOT_LAND,
-    GIT_RETRY,
-    VERIFY_RETRY,
-)
-from taskfleet.workflows.merge_queue.train import Train
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+from taskfleet.workflows.merge_queue.handover import Handover
+from taskfleet.workflows.merge_queue.outcomes import Outcomes
+from taskfleet.workflows.merge_queue.timing import batch_due, next_wake, wake_key
+from taskfleet.workflows.merge_queue.train import Train
 
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.bounded import clip
@@ -53,35 +54,49 @@ with workflow.unsafe.imports_passed_through():
         ACTIVITY_QUEUE_PUSH,
         ACTIVITY_QUEUE_VERIFY,
     )
+    from taskfleet.core.store_refs import queue_ref
 
+# Errors no retry can fix: the entries of the batch are answered `rejected` with the reason.
+CANNOT_LAND = ("QueueCannotLand", "PushDeclined", "BadTaskSetup")
+GIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                        maximum_interval=timedelta(seconds=30), maximum_attempts=5,
+                        non_retryable_error_types=list(CANNOT_LAND))
+# A verify is retried only when its worker died or stalled (a red verify is a result, not an error).
+VERIFY_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1),
+                           maximum_interval=timedelta(seconds=30), maximum_attempts=3,
+                           non_retryable_error_types=list(CANNOT_LAND))
+BACKOFF_MAX_SECONDS = 600.0
 PUSH = "push"
 RUNNING = (STAGE_WAITING, STAGE_MERGING, STAGE_VERIFYING)
 
 
-class StepsMixin:
-    """The speculating run loop (mixed into `MergeQueueWorkflow`, which provides `_tell`,
-    `_decide`, `_flaky`, `_batch_due`, `_wake_key`, `_next_wake`, `_queue_ref`,
-    `_refresh_details` and the continue-as-new helpers)."""
+class Speculation:
+    """The speculating run loop, over the workflow's config and state: `outcomes` answers entries
+    and tells, `handover` continues as new, `refresh` redraws the Web UI's details. It makes the
+    run's `Train`."""
 
-    config: MergeQueueConfig
-    s: MergeQueueState
-    _draining: bool
-
-    async def _speculate(self) -> None:
-        self.train = Train(self.s, self.config, self._decide, self._flaky, self._busy)
+    def __init__(self, config: MergeQueueConfig, s: MergeQueueState, outcomes: Outcomes,
+                 handover: Handover, refresh: Callable[[], None]) -> None:
+        self.config, self.s, self._outcomes, self._handover = config, s, outcomes, handover
+        self._refresh_details = refresh
+        self._decide, self._tell = outcomes.decide, outcomes.tell
+        self.train = Train(s, config, outcomes.decide, outcomes.flaky, self.busy)
         self._tasks: dict[str, asyncio.Task] = {}
         self._changes = 0
+
+    async def run(self) -> None:
         self.train.requeue([e for batch in self.s.halves for e in batch.entries])  # a run before
         self.s.halves = []
         self.train.fold()  # nothing is in flight when a run starts
+        handover, outcomes = self._handover, self._outcomes
         while True:
-            armed, seen = self._wake_key(), self._changes
+            armed, seen = wake_key(self.s), self._changes
             try:
                 await workflow.wait_condition(
-                    lambda: self._changes != seen or bool(self._outbox) or self._startable()
-                    or self._wake_key() != armed
-                    or (self._should_continue_as_new() and not self._draining),
-                    timeout=self._next_wake(), timeout_summary="a batch is due")
+                    lambda: self._changes != seen or outcomes.pending or self._startable()
+                    or wake_key(self.s) != armed
+                    or (handover.due() and not handover.draining),
+                    timeout=next_wake(self.s, self.config), timeout_summary="a batch is due")
             except asyncio.TimeoutError:
                 pass
             self.train.settle()
@@ -89,15 +104,15 @@ class StepsMixin:
             self._start()
             self._refresh_details()
             await self._tell()
-            if self._should_continue_as_new():
-                self._draining = True  # nothing new starts; what runs finishes (and lands)
+            if handover.due():
+                handover.draining = True  # nothing new starts; what runs finishes (and lands)
                 if not self._tasks:
                     self.train.fold()
-                    await self._continue_as_new()
+                    await handover.carry()
 
     # --- what runs -------------------------------------------------------------------------------
 
-    def _busy(self) -> int:
+    def busy(self) -> int:
         """Verify slots taken: tasks of batches still in flight (the others are being cancelled)."""
         live = self.train.live()
         return sum(1 for key in self._tasks if key.split("-again-")[0] in live)
@@ -106,7 +121,13 @@ class StepsMixin:
         return bool(self.s.retry_at) and workflow.now() < datetime.fromisoformat(self.s.retry_at)
 
     def _free(self) -> bool:
-        return self._busy() < self.config.parallel
+        return self.busy() < self.config.parallel
+
+    def _batch_due(self) -> bool:
+        return batch_due(self.s, self.config, self.train.window())
+
+    def _queue_ref(self) -> str:
+        return queue_ref(workflow.info().workflow_id)
 
     def _startable(self) -> bool:
         """Something `_start` would start now (the loop wakes for it)."""
@@ -114,7 +135,7 @@ class StepsMixin:
             return False
         if PUSH not in self._tasks and self.train.landable():
             return True
-        if self._draining or not self._free():
+        if self._handover.draining or not self._free():
             return False
         return self._batch_due() or any(
             (b.lane == LANE_CONFIRM and b.reds + b.runs < self.train.reds_to_reject(b))
@@ -127,12 +148,12 @@ class StepsMixin:
         prefix = self.train.landable()
         if prefix and PUSH not in self._tasks:
             self._launch(PUSH, self._push_prefix(prefix))
-        if self._draining:
+        if self._handover.draining:
             return
         # The train keeps a slot: isolating a red batch must not stall what is queued behind it.
         moving = any(b.lane == LANE_TRAIN and b.stage in RUNNING for b in self.s.batches)
         if not moving and self._free() and self._batch_due():
-            batch = self.train.cut(self.config.parallel - self._busy())
+            batch = self.train.cut(self.config.parallel - self.busy())
             self._launch(batch.id, self._work(batch))
         for b in list(self.s.batches):
             while (b.lane == LANE_CONFIRM and b.reds + b.runs < self.train.reds_to_reject(b)
@@ -144,7 +165,7 @@ class StepsMixin:
             if b.stage == STAGE_WAITING and b.id not in self._tasks and self._free():
                 self._launch(b.id, self._work(b))
         while self._free() and self._batch_due():
-            batch = self.train.cut(self.config.parallel - self._busy())
+            batch = self.train.cut(self.config.parallel - self.busy())
             self._launch(batch.id, self._work(batch))
 
     def _launch(self, key: str, step: Any) -> None:
@@ -255,7 +276,8 @@ class StepsMixin:
             if isinstance(err.cause, ApplicationError) and err.cause.type in CANNOT_LAND:
                 for batch in refused or [b]:
                     for entry in batch.entries + [h.entry for h in batch.held]:
-                        self._decide(entry, ENTRY_REJECTED, message, commit=self.s.target_tip,
+                        self._decide(entry, ENTRY_REJECTED, message,
+                                     commit=self.s.target_tip,
                                      batch_id=batch.id, lesson=False)
                     batch.entries, batch.held = [], []
                     if batch.id in live:

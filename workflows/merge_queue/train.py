@@ -6,7 +6,7 @@ leaves the train at once: the batches stacked on it are rebuilt without it, and 
 isolated apart (after bors-ng's bisection, in parallel): split into as many parts as there are free
 verify slots, each part stacked on the parts before it. A green part's entries rejoin the queue at
 their place; the first red part is split again, down to one entry, which is verified again on the
-same merge before it is a culprit (a flake is not). The workflow (workflows/merge_queue/steps.py)
+same merge before it is a culprit (a flake is not). The run loop (`Speculation`, `steps.py`)
 runs the activities and hands their results to `Train`.
 """
 
