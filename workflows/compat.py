@@ -86,8 +86,8 @@ Items (in the order a reader meets them):
   race a recording does not take on purpose).
 - `merge_queue_speculates`: a merge queue verifies several batches at once, each stacked on the
   one ahead, isolates a red batch's culprits apart and confirms a red single entry; before, one
-  batch at a time, halves one after the other (workflows/merge_queue/one_at_a_time.py). Asked once per
-  run, at its start. Old path: merge_queue_one_batch, merge_queue_bisection,
+  batch at a time, halves one after the other (workflows/merge_queue/one_at_a_time.py). Asked once
+  per run, at its start. Old path: merge_queue_one_batch, merge_queue_bisection,
   merge_queue_after_continue_as_new. Marker: merge_queue_speculating and the later queue
   recordings. Before 0.2.0.
 - `landed_commit`: an outcome from a worker that predates `branch_commit` gives a push's branch
