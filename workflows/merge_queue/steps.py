@@ -89,8 +89,9 @@ class Speculation:
         self.s.halves = []
         self.train.fold()  # nothing is in flight when a run starts
         handover, outcomes = self._handover, self._outcomes
+        seen = self._changes
         while True:
-            armed, seen = wake_key(self.s), self._changes
+            armed = wake_key(self.s)
             try:
                 await workflow.wait_condition(
                     lambda: self._changes != seen or outcomes.pending or self._startable()
@@ -99,6 +100,9 @@ class Speculation:
                     timeout=next_wake(self.s, self.config), timeout_summary="a batch is due")
             except asyncio.TimeoutError:
                 pass
+            # Counted from here: a batch that ends while this pass awaits (telling its outcomes)
+            # wakes the next wait at once, or its result would wait for an unrelated change.
+            seen = self._changes
             self.train.settle()
             self._reconcile()
             self._start()
