@@ -57,10 +57,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-def _rejected_op(handler: str, what: object, reason: str, at: str) -> RejectedOp:
-    return RejectedOp(op=what, reason=reason, at=at, handler=handler)
-
-
 # Worker Versioning: AUTO_UPGRADE. A batcher never ends (it continues as new), so pinned it would
 # hold its first version forever; carried state is data, and new commands are guarded with
 # `workflow.patched` (workflows/compat.py) so old histories still replay.
@@ -191,7 +187,7 @@ class GitBatchWorkflow:
         """Record a refused message as a bounded preview, never the raw payload."""
         self.s.stats.rejected_ops += 1
         self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, handler, args,
-                                 clip(reason, REASON_CHARS), _rejected_op)
+                                 clip(reason, REASON_CHARS), RejectedOp.refused)
         self._refresh_details()
 
     # Handlers take `*args`: the `temporal` CLI lets anyone send anything, and a fixed signature

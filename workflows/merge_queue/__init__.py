@@ -57,10 +57,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-def _rejected(handler: str, what: object, reason: str, at: str) -> RejectedOp:
-    return RejectedOp(op=what, reason=reason, at=at, handler=handler)
-
-
 # Worker Versioning: AUTO_UPGRADE, as the git batcher: a queue never ends (it continues as new), so
 # pinned it would hold its first version forever; its state travels as data, and any new command
 # is guarded with `workflow.patched` (workflows/compat.py).
@@ -135,7 +131,7 @@ class MergeQueueWorkflow:
         reason = clip(reason, REASON_CHARS)
         self.s.stats.refused_inputs += 1
         self.s.rejected = refuse(self.s.rejected, RECENT_REJECTIONS, handler, args, reason,
-                                 _rejected)
+                                 RejectedOp.refused)
         notice = refusal_notice(args, reason, self.config.target)
         if notice is not None:
             self._outcomes.add_notice(*notice)

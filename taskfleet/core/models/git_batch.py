@@ -65,6 +65,11 @@ class RejectedOp:
     # Which handler refused it (enqueue, submit, retry...).
     handler: str = ""
 
+    @classmethod
+    def refused(cls, handler: str, what: Any, reason: str, at: str) -> "RejectedOp":
+        """As `long_lived.refuse` builds a refusal (handler, preview, reason, time)."""
+        return cls(op=what, reason=reason, at=at, handler=handler)
+
 
 @dataclass
 class OpOutcome:
