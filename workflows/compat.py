@@ -34,6 +34,12 @@ Items (in the order a reader meets them):
   the next batch's push runs, all listeners at once; before, it waited for each signal's delivery,
   one listener after another, before it scheduled the next push. Old path: none recorded (the
   histories before it have no listener). Marker: git_batcher_replies_in_background.
+- `git_batcher_flush_covers_queued`: a flush pushes the ops queued when it was asked; before, the
+  next cut also took any op accepted in between. A worker that takes up a batcher cold can be
+  handed a new update together with the last recorded task (when that task sent no command) and
+  runs the update first: a flush asked during a push then took an op it never covered, and the
+  history so written did not replay. Asked once per run. Old path: every git batcher history
+  recorded before it. Marker: git_batcher_cold_update.
 - `llm_batcher_continues_between_steps`: the Claude batcher stops between two flushes or polls when
   continue-as-new is due, instead of finishing the loop first. Old path and marker: none recorded.
 - `llm_batcher_cuts_at_api_limits`: the Claude batcher cuts a batch at the API's limits (requests,
@@ -114,6 +120,7 @@ with workflow.unsafe.imports_passed_through():
         PATCH_CANCEL_SURVIVES_SIGNALS,
         PATCH_CLAIM_BRANCHES,
         PATCH_DEFAULT_BASE,
+        PATCH_FLUSH_COVERS_QUEUED,
         PATCH_LOCAL_RECORD,
         PATCH_PREFIXED_ACTIVITIES,
         PATCH_QUEUE_SPECULATES,
@@ -143,6 +150,10 @@ def git_batcher_times_an_op_on_arrival() -> bool:
 
 def git_batcher_replies_in_background() -> bool:
     return workflow.patched(PATCH_REPLIES_IN_BACKGROUND)
+
+
+def git_batcher_flush_covers_queued() -> bool:
+    return workflow.patched(PATCH_FLUSH_COVERS_QUEUED)
 
 
 def llm_batcher_continues_between_steps() -> bool:

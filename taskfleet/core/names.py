@@ -135,6 +135,9 @@ PATCH_AGE_TIMER_ON_ARRIVAL = "git-batcher-age-timer-on-arrival"
 # A git batcher sends a batch's `git_ops_landed` signals while the next batch runs (before, it
 # waited for their delivery before it scheduled the next push).
 PATCH_REPLIES_IN_BACKGROUND = "git-batcher-replies-in-background"
+# A git batcher's flush covers the ops queued when it was asked (before, also any op accepted
+# before the next cut, which made the batch depend on the order of one task's jobs).
+PATCH_FLUSH_COVERS_QUEUED = "git-batcher-flush-covers-what-is-queued"
 # A cancel that arrives while a workflow's own signal to another workflow is in flight stops the
 # workflow once the signal is settled (before, the signal took the cancel and the workflow went on).
 PATCH_CANCEL_SURVIVES_SIGNALS = "taskfleet-cancel-survives-signals"

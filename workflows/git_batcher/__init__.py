@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from taskfleet.workflows.compat import (
     git_batcher_continues_under_load,
+    git_batcher_flush_covers_queued,
     git_batcher_replies_in_background,
     git_batcher_times_an_op_on_arrival,
 )
@@ -95,6 +96,9 @@ class GitBatchWorkflow:
         batches = self._batches
         rearm_on_arrival = git_batcher_times_an_op_on_arrival()
         batches.in_background = git_batcher_replies_in_background()
+        batches.flush_covers_queued = git_batcher_flush_covers_queued()
+        if batches.flush_covers_queued and self.s.flush_requested and not self.s.flush_through:
+            batches.request_flush()  # carried from a run that kept no extent: all it queued
         while True:
             due_in = batches.until_oldest_is_due()  # None: nothing queued, no timer
             try:
@@ -178,7 +182,7 @@ class GitBatchWorkflow:
             waiting = [after for after in self._flushes_waiting
                        if not all(map(self._inbox.knows, after))]
             if len(waiting) < len(self._flushes_waiting):
-                self.s.flush_requested = True
+                self._batches.request_flush()
             self._flushes_waiting = waiting
         self._refresh_details()
         return op.id
@@ -229,7 +233,7 @@ class GitBatchWorkflow:
         tasks), in this run only. Any other input: flush now."""
         after = flush_after(args)
         if after is None or all(map(self._inbox.knows, after)):
-            self.s.flush_requested = True
+            self._batches.request_flush()
             return
         self._flushes_waiting = (self._flushes_waiting + [after])[-FLUSHES_WAITING:]
 
@@ -256,7 +260,7 @@ class GitBatchWorkflow:
     async def flush_now(self, *args: Any) -> BatchResult:
         """An update rather than a signal because the caller waits for the push and its outcomes;
         input is ignored."""
-        self.s.flush_requested = True
+        self._batches.request_flush()
         cut = self._batches.cut()
         if not cut:
             return BatchResult(batch_id="", status="empty")

@@ -81,6 +81,7 @@ class Batches:
         self.waits = BatchWaits()
         self.executing: Optional[GitBatch] = None
         self.in_background = False  # replies sent while the next push runs (set at run start)
+        self.flush_covers_queued = False  # a flush takes only what it found queued (run start)
         self._on_change = on_change
         for batch in state.failed_batches:
             inbox.hold(failed_key(batch), None, FAILED_BATCH_OVERHEAD)
@@ -105,11 +106,18 @@ class Batches:
         return (len(self.s.queue) >= self.config.max_batch_size
                 or self.oldest_age_seconds() >= self.config.max_batch_age_seconds)
 
+    def request_flush(self) -> None:
+        """A flush of what is queued now (and of failed batches): the next cut takes it."""
+        self.s.flush_requested = True
+        self.s.flush_through = len(self.s.queue)
+
     def cut(self) -> list[GitBatch]:
-        """Queue -> pending batches of at most max_batch_size; failed batches are retried first."""
+        """Queue -> pending batches of at most max_batch_size; failed batches are retried first.
+        A full batch goes at once; the rest when the oldest op is due, or as far as a flush
+        covers."""
         cut: list[GitBatch] = []
-        full_only = (not self.s.flush_requested
-                     and self.oldest_age_seconds() < self.config.max_batch_age_seconds)
+        aged = self.oldest_age_seconds() >= self.config.max_batch_age_seconds
+        full_only = not self.s.flush_requested and not aged
         if not full_only:
             for batch in self.s.failed_batches:
                 batch.status = BATCH_PENDING
@@ -117,12 +125,17 @@ class Batches:
                 cut.append(batch)
             self.s.failed_batches = []
         size = self.config.max_batch_size
-        while self.s.queue and (len(self.s.queue) >= size or not full_only):
+        covered = 0 if full_only else len(self.s.queue)
+        if self.flush_covers_queued and not aged and not full_only:
+            covered = min(covered, self.s.flush_through)
+        while self.s.queue and (len(self.s.queue) >= size or covered > 0):
             ops, self.s.queue = self.s.queue[:size], self.s.queue[size:]
+            covered -= len(ops)
             cut.append(GitBatch(id=f"batch-{self.s.next_batch}", ops=ops,
                                 created_at=workflow.now().isoformat()))
             self.s.next_batch += 1
         self.s.flush_requested = False
+        self.s.flush_through = 0
         self.s.pending_batches.extend(cut)
         self._on_change()
         return cut

@@ -199,5 +199,8 @@ class GitBatchState:
     next_batch: int = 1
     next_op: int = 1
     flush_requested: bool = False
+    # How many ops at the head of `queue` the requested flush covers (those queued when it was
+    # asked): an op accepted after a flush waits for its own.
+    flush_through: int = 0
     runs: int = 1
 
