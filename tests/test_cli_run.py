@@ -10,10 +10,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from taskfleet.cli.demo import DEMO_TASK_QUEUE
+from taskfleet.cli.run import run_succeeded
+from taskfleet.clients.git_batcher import GitBatcherClient
 from taskfleet.clients.orchestrator import progress
+from taskfleet.core.models.git_batch import GitBatchConfig
+from taskfleet.core.models.orchestrator import OrchestratorResult, OrchestratorStats, TaskOutcome
 from taskfleet.devserver.server import find_temporal_cli
 from tests.conftest import ROOT, GitRemoteFixture, eventually, python_cmd
 
@@ -199,3 +204,27 @@ async def test_status_exits_as_run_does_and_takes_connection_flags_after_the_com
                         task_queue=task_queue)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert json.loads(missing.stdout)["error"].startswith(f"no run nothing-{task_queue}")
+
+
+async def test_status_and_cancel_refuse_a_workflow_that_is_not_a_board_run(
+        client, server_address, task_queue, git_remote):
+    """A batcher's id given to `status` or `cancel` is one line and exit 2; the batcher runs on."""
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(git_remote.clone)), task_queue)
+    await gb.enqueue(git_remote.commit_ops("not-a-run", 1)[0])
+    for command in ("status", "cancel"):
+        done = await cli(server_address, command, gb.workflow_id, task_queue=task_queue)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert "GitBatchWorkflow, not a board run" in done.stderr
+    assert (await gb.handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    await gb.handle.terminate("test over")
+
+
+def test_a_run_whose_commit_never_landed_did_not_succeed():
+    landed = TaskOutcome(id="a", status="succeeded", commit="abc", landed=True)
+    stranded = TaskOutcome(id="b", status="succeeded", commit="def", reason="not landed in 300s")
+    unchanged = TaskOutcome(id="c", status="succeeded")  # nothing to land
+    result = OrchestratorResult(tasks=[landed, unchanged], stats=OrchestratorStats())
+    assert run_succeeded(result)
+    result.tasks.append(stranded)
+    assert not run_succeeded(result)

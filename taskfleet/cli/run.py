@@ -35,6 +35,7 @@ from taskfleet.core.models.orchestrator import (
     TaskOutcome,
     TaskProgress,
 )
+from taskfleet.core.names import ORCHESTRATOR_WORKFLOW
 
 
 def progress_line(p: OrchestratorProgress, total: int, width: int = 30) -> str:
@@ -132,6 +133,10 @@ def progress_of_result(result: OrchestratorResult) -> OrchestratorProgress:
 
 
 def run_succeeded(result: OrchestratorResult) -> bool:
+    """No task failed or was cancelled, and every commit a task made landed (a landing that timed
+    out leaves the task succeeded but its work off the remote)."""
+    if any(t.status == "succeeded" and t.commit and not t.landed for t in result.tasks):
+        return False
     if result.counts:
         return result.counts.get("failed", 0) == 0 and result.counts.get("cancelled", 0) == 0
     return all(t.status == "succeeded" for t in result.tasks)
@@ -338,6 +343,12 @@ async def status(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({"workflow_id": args.workflow_id, "error": reason})
         return 2
+    if description.workflow_type != ORCHESTRATOR_WORKFLOW:
+        reason = not_a_run(args.workflow_id, description.workflow_type)
+        print(f"taskfleet: {reason}", file=sys.stderr)
+        if args.json:
+            _print_json({"workflow_id": args.workflow_id, "error": reason})
+        return 2
     state = description.status.name if description.status else "UNKNOWN"
     result: OrchestratorResult | None = None
     if description.status == WorkflowExecutionStatus.COMPLETED:
@@ -370,7 +381,7 @@ async def status(args: argparse.Namespace) -> int:
             print(f"\ntaskfleet: {args.workflow_id}: its outcomes cannot be read from here: {err}",
                   file=sys.stderr)
             return 2
-        return _status_exit(description.status, p)
+        return _status_exit(description.status, p, result)
     print(f"{args.workflow_id}: {state}")
     print(progress_line(p, p.total or len(p.tasks)))
     if result is not None:
@@ -380,7 +391,13 @@ async def status(args: argparse.Namespace) -> int:
             print(f"  {t.id:<20} {t.status:<10} {t.stage:<12} "
                   f"{('verdict ' + t.verdict) if t.verdict else '':<16} "
                   f"{'landed' if t.landed else ''}".rstrip())
-    return _status_exit(description.status, p)
+    return _status_exit(description.status, p, result)
+
+
+def not_a_run(workflow_id: str, workflow_type: str) -> str:
+    """Why `status` and `cancel` refuse a workflow that is not a board run (a queue, a batcher)."""
+    return (f"{workflow_id} is a {workflow_type}, not a board run (`taskfleet git status` and "
+            "`taskfleet queue status` show batchers and queues)")
 
 
 def _unanswered(state: str) -> dict[str, Any]:
@@ -388,10 +405,14 @@ def _unanswered(state: str) -> dict[str, Any]:
     return {"status": state, "counts": {}, "running": [], "tasks": [], "pushes": 0}
 
 
-def _status_exit(status: WorkflowExecutionStatus | None, p: OrchestratorProgress) -> int:
-    """As `run` exits: 0 while no task failed or was cancelled, 1 once one did or when the run
-    closed without a result; 2 is for not being able to ask."""
+def _status_exit(status: WorkflowExecutionStatus | None, p: OrchestratorProgress,
+                 result: OrchestratorResult | None = None) -> int:
+    """As `run` exits: 0 while no task failed or was cancelled (and, once done, every commit
+    landed), 1 once one did or when the run closed without a result; 2 is for not being able to
+    ask."""
     if status not in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.RUNNING):
+        return 1
+    if result is not None and not run_succeeded(result):
         return 1
     return 1 if p.counts.get("failed", 0) or p.counts.get("cancelled", 0) else 0
 
@@ -409,6 +430,10 @@ async def cancel(args: argparse.Namespace) -> int:
     handle = client.get_workflow_handle(args.workflow_id)
     try:
         description = await handle.describe()
+        if description.workflow_type != ORCHESTRATOR_WORKFLOW:
+            print(f"taskfleet: {not_a_run(args.workflow_id, description.workflow_type)}; "
+                  "nothing cancelled", file=sys.stderr)
+            return 2
         if description.status != WorkflowExecutionStatus.RUNNING:
             state = description.status.name if description.status else "UNKNOWN"
             print(f"taskfleet: {args.workflow_id} is {state} already (closed at "
