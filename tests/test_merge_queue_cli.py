@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from temporalio.service import RPCError
+
 from taskfleet.clients.merge_queue import merge_queue_workflow_id
 from tests.conftest import GitRemoteFixture, eventually, git
 from tests.test_temporal_cli import (
@@ -30,7 +33,7 @@ def remote_with_marker(fx: GitRemoteFixture) -> None:
 
 
 async def test_queue_add_wait_status_and_refusals_as_a_user_runs_them(
-    server_address, task_queue, make_worker, git_remote: GitRemoteFixture, tmp_path: Path
+    client, server_address, task_queue, make_worker, git_remote: GitRemoteFixture, tmp_path: Path
 ):
     fx = git_remote
     remote_with_marker(fx)
@@ -67,6 +70,20 @@ async def test_queue_add_wait_status_and_refusals_as_a_user_runs_them(
                                 "no/such", "exists neither")
         assert_one_line_refusal(await taskfleet(server_address, "queue", "add", "x", "--repo", str(
             where), cwd=where, task_queue=task_queue), "not a git repository")
+        (fx.clone / "sub").mkdir()
+        for args, why in (
+                (("--repo", str(fx.clone / "sub")), "not its top folder"),
+                (("--repo", str(fx.clone), "--target", "no-such-target"), "no such branch"),
+                (("--repo", str(fx.clone), "--commit", "0" * 40), "no such commit"),
+                (("--repo", str(fx.clone), "--wait", "--wait-timeout", "-1"), "above 0")):
+            assert_one_line_refusal(await taskfleet(
+                server_address, "queue", "add", "feature/ok", *args, cwd=where,
+                task_queue=task_queue), why)
+        for repo, target in ((fx.clone / "sub", "main"), (fx.clone, "no-such-target")):
+            never = client.get_workflow_handle(
+                merge_queue_workflow_id(str(repo), "origin", target, task_queue))
+            with pytest.raises(RPCError):  # not found: a refused entry starts no queue
+                await never.describe()
         # refused by the queue itself (its validator): one line, exit code 1
         done = await taskfleet(server_address, "queue", "add", "main", *common, cwd=where,
                                task_queue=task_queue)

@@ -40,22 +40,30 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _clone(args: argparse.Namespace) -> str:
-    """--repo as an absolute path, once it is known to be a clone with the remote."""
+    """--repo as an absolute path, once it is known to be the top folder of a clone with the
+    remote (a queue for a subfolder would refuse every entry later, on the worker)."""
     path = os.path.abspath(args.repo)
-    if not os.path.isdir(path) or _git(path, "rev-parse", "--git-dir").returncode != 0:
+    top = _git(path, "rev-parse", "--show-toplevel") if os.path.isdir(path) else None
+    if top is None or top.returncode != 0:
         raise StartupError(f"--repo {args.repo}: not a git repository ({path})")
+    if os.path.realpath(top.stdout.strip()) != os.path.realpath(path):
+        raise StartupError(f"--repo {args.repo}: is inside the clone {top.stdout.strip()}, not its "
+                           "top folder; pass that instead")
     if _git(path, "remote", "get-url", args.remote).returncode != 0:
         raise StartupError(f"--repo {args.repo}: has no remote {args.remote!r}; pass --remote")
     return path
 
 
 def _target(args: argparse.Namespace, repo: str) -> str:
-    if args.target:
-        return args.target
-    name = default_branch(repo, args.remote)
+    name = args.target or default_branch(repo, args.remote)
     if not name:
         raise StartupError(
             f"cannot tell the default branch of {args.remote} in {repo}; pass --target")
+    if args.target and not any(
+            _git(repo, "rev-parse", "--verify", "--quiet", ref).returncode == 0
+            for ref in (f"refs/remotes/{args.remote}/{name}", f"refs/heads/{name}")):
+        raise StartupError(f"--target {name}: no such branch on {args.remote} (as {repo} last "
+                           "fetched it) nor in the clone")
     return name
 
 
@@ -80,10 +88,20 @@ def _commit_of(repo: str, remote: str, branch: str) -> str:
     raise StartupError(f"branch {branch!r} exists neither in {repo} nor on {remote}")
 
 
+def _known_commit(repo: str, commit: str) -> str:
+    if _git(repo, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        raise StartupError(f"--commit {commit}: no such commit in {repo}")
+    return commit
+
+
 async def queue_add(args: argparse.Namespace) -> int:
     repo = _clone(args)
-    entry = QueueEntry(branch=args.branch,
-                       expect_commit=args.commit or _commit_of(repo, args.remote, args.branch),
+    if args.wait_timeout <= 0:
+        raise StartupError(f"--wait-timeout must be above 0 seconds, got {args.wait_timeout:g}")
+    expect = (_known_commit(repo, args.commit) if args.commit
+              else _commit_of(repo, args.remote, args.branch))
+    _target(args, repo)  # a target that does not exist is refused before a queue starts for it
+    entry = QueueEntry(branch=args.branch, expect_commit=expect,
                        id=args.id or "", reply_to=args.reply_to or "", verify=args.verify or "")
     client = await client_for(args)
     notice = await ensure_search_attributes(client)
