@@ -152,9 +152,9 @@ def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
     lines = [
         f"{workflow_id}: {c.repo} -> {c.remote}/{c.target} (run {status.runs}), tip "
         f"{status.target_tip[:12] or '?'}",
-        f"  queued {len(status.queue)}, window {s.window} (max {c.max_batch}, culprit rate "
-        f"{s.culprit_rate}), verify runs in flight {s.in_flight} of {c.parallel}, refused inputs "
-        f"{s.refused_inputs}",
+        f"  queued {len(status.queue)}, window {s.window or c.max_batch} (max {c.max_batch}, "
+        f"culprit rate {s.culprit_rate}), verify runs in flight {s.in_flight} of {c.parallel}, "
+        f"refused inputs {s.refused_inputs}",
         f"  landed {s.landed}, rejected {s.rejected}, conflicts {s.conflicts}; batches "
         f"{s.batches}, verify runs {s.verify_runs} ({s.verify_runs_per_landed} per landed), "
         f"bisection steps {s.bisection_steps}, pushes {s.pushes}, rebuilds {s.rebuilds}; time in "
