@@ -207,7 +207,7 @@ async def test_verify_flag_and_a_code_span_cell_the_cell_wins_and_says_so(
         ran = await taskfleet(server_address, "run", str(board), "--repo", str(git_remote.clone),
                               "--run", "true", "--verify", "true", "--json", cwd=user_dir,
                               task_queue=task_queue)
-    assert ("--verify applies to the other tasks; V1 keep the command in their Verification cell"
+    assert ("--verify applies to the other tasks; V1 keeps the command in its Verification cell"
             in ran.stderr)
     statuses = {t["id"]: t["status"] for t in json.loads(ran.stdout)["tasks"]}
     assert statuses == {"V1": "failed", "V2": "succeeded"}

@@ -57,8 +57,9 @@ async def start_board_file(run: BoardRun, say: Callable[[str], None]) -> Started
     board = store_checked_board(checked, run.repo, run.remote if run.check_clone else None)
     if checked.own_verification:
         # The cell is more specific, so it wins; say so rather than ignore --verify silently.
-        say(f"--verify applies to the other tasks; {', '.join(checked.own_verification)} keep the "
-            "command in their Verification cell")
+        own = checked.own_verification
+        whose = "keeps the command in its" if len(own) == 1 else "keep the command in their"
+        say(f"--verify applies to the other tasks; {', '.join(own)} {whose} Verification cell")
     client = await connect(load_connect_config(run.address, run.namespace))
     notice = await ensure_search_attributes(client)
     if notice:
