@@ -215,7 +215,7 @@ async def test_status_and_cancel_refuse_a_workflow_that_is_not_a_board_run(
         done = await cli(server_address, command, gb.workflow_id, task_queue=task_queue)
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
-        assert "GitBatchWorkflow, not a board run" in done.stderr
+        assert "GitBatchWorkflow, not a board run (`taskfleet git status` shows it)" in done.stderr
     assert (await gb.handle.describe()).status == WorkflowExecutionStatus.RUNNING
     await gb.handle.terminate("test over")
 

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from taskfleet.clients.connection import StartupError, connect, load_connect_config
-from taskfleet.core.names import DEFAULT_TASK_QUEUE
+from taskfleet.core.names import DEFAULT_TASK_QUEUE, GIT_BATCH_WORKFLOW, MERGE_QUEUE_WORKFLOW
 
 T = TypeVar("T")
 
@@ -87,3 +87,11 @@ def add_batch_flags(parser: argparse.ArgumentParser, max_batch: int, max_wait: f
 
 def add_json_flag(parser: argparse.ArgumentParser, what: str = "the answer") -> None:
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
+
+
+def not_a_run(workflow_id: str, workflow_type: str) -> str:
+    """Why `status` and `cancel` refuse a workflow that is not a board run (a queue, a batcher)."""
+    shown = {GIT_BATCH_WORKFLOW: "taskfleet git status",
+             MERGE_QUEUE_WORKFLOW: "taskfleet queue status"}.get(workflow_type)
+    return (f"{workflow_id} is a {workflow_type}, not a board run"
+            + (f" (`{shown}` shows it)" if shown else ""))

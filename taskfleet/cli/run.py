@@ -22,7 +22,7 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from taskfleet.cli.common import client_for, examples
+from taskfleet.cli.common import client_for, examples, not_a_run
 from taskfleet.clients.board_start import BoardRun, start_board_file
 from taskfleet.clients.orchestrator import progress
 from taskfleet.clients.pollers import MISSING, WORKING, run_worker_state
@@ -42,9 +42,10 @@ def progress_line(p: OrchestratorProgress, total: int, width: int = 30) -> str:
     c = p.counts
     finished = c["succeeded"] + c["failed"] + c["cancelled"]
     filled = int(width * finished / total) if total else width
+    cancelled = f", {c['cancelled']} cancelled" if c["cancelled"] else ""
     return (
-        f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} done, {c['failed']} failed, "
-        f"{c['running']} running, {c['landed']} landed, {p.pushes} push(es)"
+        f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} done, {c['failed']} failed"
+        f"{cancelled}, {c['running']} running, {c['landed']} landed, {p.pushes} push(es)"
     )
 
 
@@ -392,12 +393,6 @@ async def status(args: argparse.Namespace) -> int:
                   f"{('verdict ' + t.verdict) if t.verdict else '':<16} "
                   f"{'landed' if t.landed else ''}".rstrip())
     return _status_exit(description.status, p, result)
-
-
-def not_a_run(workflow_id: str, workflow_type: str) -> str:
-    """Why `status` and `cancel` refuse a workflow that is not a board run (a queue, a batcher)."""
-    return (f"{workflow_id} is a {workflow_type}, not a board run (`taskfleet git status` and "
-            "`taskfleet queue status` show batchers and queues)")
 
 
 def _unanswered(state: str) -> dict[str, Any]:
