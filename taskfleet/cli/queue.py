@@ -23,6 +23,7 @@ from taskfleet.cli.common import (
 )
 from taskfleet.clients.connection import StartupError
 from taskfleet.clients.merge_queue import MergeQueueClient, merge_queue_workflow_id
+from taskfleet.clients.preflight import clone_top, has_branch
 from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.default_branch import default_branch
 from taskfleet.core.merge_queue_validation import queue_numbers_problem, speculation_problem
@@ -39,35 +40,19 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL, timeout=60, check=False)
 
 
-def _clone(args: argparse.Namespace) -> str:
-    """--repo as an absolute path, once it is known to be the top folder of a clone with the
-    remote (a queue for a subfolder would refuse every entry later, on the worker)."""
-    path = os.path.abspath(args.repo)
-    top = _git(path, "rev-parse", "--show-toplevel") if os.path.isdir(path) else None
-    if top is None or top.returncode != 0:
-        raise StartupError(f"--repo {args.repo}: not a git repository ({path})")
-    if os.path.realpath(top.stdout.strip()) != os.path.realpath(path):
-        raise StartupError(f"--repo {args.repo}: is inside the clone {top.stdout.strip()}, not its "
-                           "top folder; pass that instead")
-    if _git(path, "remote", "get-url", args.remote).returncode != 0:
-        raise StartupError(f"--repo {args.repo}: has no remote {args.remote!r}; pass --remote")
-    return path
-
-
 def _target(args: argparse.Namespace, repo: str) -> str:
     name = args.target or default_branch(repo, args.remote)
     if not name:
         raise StartupError(
             f"cannot tell the default branch of {args.remote} in {repo}; pass --target")
-    if args.target and not any(
-            _git(repo, "rev-parse", "--verify", "--quiet", ref).returncode == 0
-            for ref in (f"refs/remotes/{args.remote}/{name}", f"refs/heads/{name}")):
+    if args.target and not has_branch(repo, args.remote, name):
         raise StartupError(f"--target {name}: no such branch on {args.remote} (as {repo} last "
                            "fetched it) nor in the clone")
     return name
 
 
-def _queue(args: argparse.Namespace, client: Client, repo: str) -> MergeQueueClient:
+def _queue(args: argparse.Namespace, client: Client, repo: str,
+           target: str = "") -> MergeQueueClient:
     # The queue's own settings matter only to a call that starts it (`add`).
     numbers = {k: getattr(args, k, d) for k, d in (("max_batch", 8), ("max_wait_seconds", 30.0),
                                                    ("parallel", 4), ("flake_retries", 1))}
@@ -75,7 +60,7 @@ def _queue(args: argparse.Namespace, client: Client, repo: str) -> MergeQueueCli
                or speculation_problem(numbers["parallel"], numbers["flake_retries"], "--"))
     if problem:
         raise StartupError(problem.replace("_", "-"))
-    config = MergeQueueConfig(repo=repo, target=_target(args, repo), remote=args.remote,
+    config = MergeQueueConfig(repo=repo, target=target or _target(args, repo), remote=args.remote,
                               verify=getattr(args, "verify", None) or "", **numbers)
     return MergeQueueClient(client, config, args.task_queue)
 
@@ -95,19 +80,19 @@ def _known_commit(repo: str, commit: str) -> str:
 
 
 async def queue_add(args: argparse.Namespace) -> int:
-    repo = _clone(args)
+    repo = clone_top(args.repo, args.remote)
     if args.wait_timeout <= 0:
         raise StartupError(f"--wait-timeout must be above 0 seconds, got {args.wait_timeout:g}")
     expect = (_known_commit(repo, args.commit) if args.commit
               else _commit_of(repo, args.remote, args.branch))
-    _target(args, repo)  # a target that does not exist is refused before a queue starts for it
+    target = _target(args, repo)  # one that does not exist is refused before a queue starts
     entry = QueueEntry(branch=args.branch, expect_commit=expect,
                        id=args.id or "", reply_to=args.reply_to or "", verify=args.verify or "")
     client = await client_for(args)
     notice = await ensure_search_attributes(client)
     if notice:
         print(f"taskfleet: {notice}", file=sys.stderr)
-    q = _queue(args, client, repo)
+    q = _queue(args, client, repo, target)
     try:
         entry_id = await q.submit(entry)
     except WorkflowUpdateFailedError as err:

@@ -337,19 +337,10 @@ async def status(args: argparse.Namespace) -> int:
         description = await handle.describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            reason = f"no run {args.workflow_id} in namespace {client.namespace}"
-        else:
-            reason = f"cannot describe {args.workflow_id}: {err.message}"
-        print(f"taskfleet: {reason}", file=sys.stderr)
-        if args.json:
-            _print_json({"workflow_id": args.workflow_id, "error": reason})
-        return 2
+            return _cannot_ask(args, f"no run {args.workflow_id} in namespace {client.namespace}")
+        return _cannot_ask(args, f"cannot describe {args.workflow_id}: {err.message}")
     if description.workflow_type != ORCHESTRATOR_WORKFLOW:
-        reason = not_a_run(args.workflow_id, description.workflow_type)
-        print(f"taskfleet: {reason}", file=sys.stderr)
-        if args.json:
-            _print_json({"workflow_id": args.workflow_id, "error": reason})
-        return 2
+        return _cannot_ask(args, not_a_run(args.workflow_id, description.workflow_type))
     state = description.status.name if description.status else "UNKNOWN"
     result: OrchestratorResult | None = None
     if description.status == WorkflowExecutionStatus.COMPLETED:
@@ -393,6 +384,14 @@ async def status(args: argparse.Namespace) -> int:
                   f"{('verdict ' + t.verdict) if t.verdict else '':<16} "
                   f"{'landed' if t.landed else ''}".rstrip())
     return _status_exit(description.status, p, result)
+
+
+def _cannot_ask(args: argparse.Namespace, reason: str) -> int:
+    """`status` of a run it cannot ask about: one line (a JSON object with --json), exit 2."""
+    print(f"taskfleet: {reason}", file=sys.stderr)
+    if args.json:
+        _print_json({"workflow_id": args.workflow_id, "error": reason})
+    return 2
 
 
 def _unanswered(state: str) -> dict[str, Any]:

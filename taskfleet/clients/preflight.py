@@ -20,6 +20,23 @@ def check_clone(repo: str, base: str, remote: str,
                 queue_target: str | None = None) -> tuple[str, str]:
     """The clone's absolute path and base branch (none named: the remote's default), or a
     `StartupError` saying what is wrong. With `queue_target`, that branch must be there too."""
+    path = clone_top(repo, remote)
+    base = base or default_base(repo, remote)
+    if not has_branch(path, remote, base):
+        raise StartupError(
+            f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
+            "pass --base (markdown board) or set `base` in the board"
+        )
+    if queue_target is not None and not has_branch(path, remote, queue_target or base):
+        raise StartupError(
+            f"--repo {path}: the merge queue's target {queue_target or base!r} exists neither "
+            f"locally nor on {remote}; set `queue_target` (or `base`) to a branch the remote has")
+    return path, base
+
+
+def clone_top(repo: str, remote: str) -> str:
+    """The absolute path of `repo` once it is the top folder of a clone with `remote`, or a
+    `StartupError` saying what is wrong (a subfolder would fail every task later, on the worker)."""
     path = os.path.abspath(repo)
     if not os.path.isdir(path):
         raise StartupError(f"--repo {repo}: no such folder ({path})")
@@ -35,20 +52,10 @@ def check_clone(repo: str, base: str, remote: str,
             f"--repo {repo}: has no remote {remote!r} (it has: {', '.join(remotes) or 'none'}); "
             "pass --remote or add one with `git remote add`"
         )
-    base = base or default_base(repo, remote)
-    if not _has_branch(path, remote, base):
-        raise StartupError(
-            f"--repo {repo}: base branch {base!r} exists neither locally nor on {remote}; "
-            "pass --base (markdown board) or set `base` in the board"
-        )
-    if queue_target is not None and not _has_branch(path, remote, queue_target or base):
-        raise StartupError(
-            f"--repo {path}: the merge queue's target {queue_target or base!r} exists neither "
-            f"locally nor on {remote}; set `queue_target` (or `base`) to a branch the remote has")
-    return path, base
+    return path
 
 
-def _has_branch(path: str, remote: str, branch: str) -> bool:
+def has_branch(path: str, remote: str, branch: str) -> bool:
     return any(_git(path, "rev-parse", "--verify", "--quiet", ref).returncode == 0
                for ref in (f"refs/heads/{branch}", f"refs/remotes/{remote}/{branch}"))
 

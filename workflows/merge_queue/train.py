@@ -18,6 +18,8 @@ from typing import Optional
 
 from temporalio import workflow
 
+from taskfleet.workflows.merge_queue.intake import verify_of
+
 with workflow.unsafe.imports_passed_through():
     from taskfleet.core.bounded import clip
     from taskfleet.core.models.merge_queue import (
@@ -133,7 +135,7 @@ class Train:
         return not entry.passed_alone and (entry.risk > 0 or any(f in files for f in entry.files))
 
     def verify_of(self, entry: QueueEntry) -> str:
-        return entry.verify or self.config.verify
+        return verify_of(entry, self.config)
 
     def cut(self, free: int) -> QueueBatch:
         """The next batch from the head of the queue, in order: the entries sharing the head's
