@@ -361,3 +361,29 @@ async def test_a_renewal_held_up_by_a_dead_lock_worker_still_counts(
         assert status.holder is not None and status.holder.token == lease.token, status
         assert status.stats.expirations == 0 and status.stats.renewals == 1
         await lock.release(lease)
+
+
+async def test_leaving_hold_while_a_renewal_waits_ends_the_renewal(
+        client: Client, task_queue: str):
+    """Leaving `hold` cancels its renewals. The client reports an update call cancelled in flight as
+    an ordinary error; the renewal loop still ends, so a stopping worker does not wait forever."""
+    sent = asyncio.Event()
+
+    class Watched(LeaseLock):
+        async def renew(self, lease):
+            sent.set()
+            return await super().renew(lease)
+
+    lock = Watched(client, resource(), task_queue=task_queue, lease_seconds=6)
+    holding = lock.hold("steady", wait_release=False)
+    async with lock_only_worker(client, task_queue):
+        await holding.__aenter__()
+    # No worker runs the lock now: the renewal's update waits at the server for one.
+    await asyncio.wait_for(sent.wait(), 30)
+
+    async def update_waiting() -> None:
+        described = await lock._handle().describe()
+        assert described.raw_description.HasField("pending_workflow_task")
+
+    await eventually(update_waiting, timeout=30)
+    await asyncio.wait_for(holding.__aexit__(None, None, None), 30)

@@ -71,6 +71,21 @@ class _Moved(Exception):
     """A lock stranded on a queue nobody polls was ended, to start again on ours: ask again."""
 
 
+def _being_cancelled(err: BaseException) -> bool:
+    """The client turns a cancelled update call into `WorkflowUpdateRPCTimeoutOrCancelledError`,
+    an ordinary exception: a loop that retries failures would swallow its own cancellation (and
+    whoever awaits the task after cancelling it would wait forever)."""
+    task = asyncio.current_task()
+    if task is not None and hasattr(task, "cancelling") and task.cancelling():
+        return True
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, asyncio.CancelledError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 WATCH_EVERY = 1.0  # while a call waits: how often to ask if anyone serves the lock's queue
 
 
@@ -298,6 +313,8 @@ class LeaseLock:
             except WorkflowUpdateFailedError as err:
                 raise LeaseError(f"lock {self.resource}: {root_cause_message(err)}") from None
             except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as err:
+                if _being_cancelled(err):
+                    raise asyncio.CancelledError() from err
                 if isinstance(err, RPCError) and err.status in _FINAL_CODES:
                     raise LeaseError(f"lock {self.resource}: {err.message}") from None
                 if give_up is not None and time.monotonic() >= give_up:
@@ -344,6 +361,8 @@ class LeaseLock:
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # noqa: BLE001 - retried; check() guards the meantime
+                if _being_cancelled(err):
+                    raise asyncio.CancelledError() from err
                 gone = isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND
                 if gone and await self._history_gone(lease):
                     return
