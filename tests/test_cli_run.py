@@ -220,6 +220,16 @@ async def test_status_and_cancel_refuse_a_workflow_that_is_not_a_board_run(
     await gb.handle.terminate("test over")
 
 
+async def test_a_namespace_the_server_does_not_have_is_named_as_such(server_address, tmp_path):
+    """Not "no run X": the namespace itself is missing, and the line says how to mend it."""
+    for args in (("status", "some-run"), ("git", "status", "--repo", str(tmp_path))):
+        done = await cli(server_address, "--namespace", "no-such-namespace", *args)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert "has no namespace 'no-such-namespace'" in done.stderr, done.stderr
+        assert "temporal operator namespace create --namespace no-such-namespace" in done.stderr
+
+
 def test_a_run_whose_commit_never_landed_did_not_succeed():
     landed = TaskOutcome(id="a", status="succeeded", commit="abc", landed=True)
     stranded = TaskOutcome(id="b", status="succeeded", commit="def", reason="not landed in 300s")

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from datetime import timedelta
 from typing import Any
 
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.core.errors import StartupError
 
@@ -67,7 +70,7 @@ async def connect(
     if runtime is not None:
         kwargs["runtime"] = runtime
     try:
-        return await asyncio.wait_for(Client.connect(**kwargs), timeout)
+        client = await asyncio.wait_for(Client.connect(**kwargs), timeout)
     except asyncio.TimeoutError:
         raise StartupError(
             f"no Temporal server answered at {config['target_host']} within {timeout:.0f}s"
@@ -77,3 +80,21 @@ async def connect(
         raise StartupError(
             f"cannot connect to Temporal at {config['target_host']}: {first_line}"
         ) from None
+    await _namespace_known(client, config["target_host"], timeout)
+    return client
+
+
+async def _namespace_known(client: Client, address: str, timeout: float) -> None:
+    """A namespace the server does not have, said as such: otherwise every later call answers
+    NOT_FOUND, which a command would report as a run or a batcher it cannot find. Only that answer
+    stops here; a server that will not describe the namespace to us is left to the calls."""
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace),
+            timeout=timedelta(seconds=timeout))
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise StartupError(
+                f"the Temporal server at {address} has no namespace {client.namespace!r}: pass "
+                f"the right --namespace (or TEMPORAL_NAMESPACE), or create it with `temporal "
+                f"operator namespace create --namespace {client.namespace}`") from None
