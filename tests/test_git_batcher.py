@@ -375,6 +375,28 @@ async def test_merge_conflict_fails_one_op_and_four_land(client: Client, make_wo
     assert git(fx.remote, "show", "main:shared.txt") == "line 1\nCHANGED ON MAIN\nline 3"
 
 
+async def test_a_merge_builds_on_the_remote_tip_the_clone_saw_move_ahead(
+        client: Client, make_worker, task_queue, git_remote):
+    """Main was pushed from this clone without its local main moving (the merge queue lands that
+    way): a merge builds on the remote's tip, so its push lands instead of being refused."""
+    fx = git_remote
+    elsewhere = fx.branch_with("elsewhere", {"elsewhere.txt": "landed elsewhere\n"})
+    git(fx.clone, "push", "-q", "origin", f"{elsewhere}:refs/heads/main")
+    assert git(fx.clone, "rev-parse", "origin/main") == elsewhere
+    assert git(fx.clone, "rev-parse", "main") != elsewhere
+    feature = fx.branch_with("feature/ahead", {"ahead.txt": "ahead\n"})
+    gb = batcher(client, fx, task_queue)
+    async with make_worker():
+        await gb.enqueue(GitOp(op_type="merge", branch="feature/ahead", id="merge-ahead"))
+        result = await gb.flush_now()
+    (outcome,) = result.outcomes
+    assert outcome.status == "landed", outcome.reason
+    remote_main = fx.remote_ref("main")
+    for commit in (elsewhere, feature):
+        git(fx.remote, "merge-base", "--is-ancestor", commit, remote_main)
+    assert git(fx.clone, "rev-parse", "main") == remote_main
+
+
 async def test_update_hook_declines_one_ref_others_land(client: Client, make_worker,
                                                         task_queue, git_remote):
     fx = git_remote

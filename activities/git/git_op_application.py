@@ -253,17 +253,18 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
     source = _branch_commit(repo, remote, op.branch)
     if not source:
         raise OpFailed(f"branch {op.branch} does not exist in {repo.working_dir} nor on {remote}")
-    base = _branch_commit(repo, remote, target)
+    ref = f"refs/heads/{target}"
+    local = ref_commit(repo, ref)
+    base = _merge_base_tip(repo, remote, target, local)
     if not base:
         raise OpFailed(
             f"target branch {target} does not exist in {repo.working_dir} nor on {remote}")
-    ref = f"refs/heads/{target}"
     is_merged, _, _ = repo.git.merge_base(
         "--is-ancestor", source, base, with_exceptions=False, with_extended_output=True
     )
     if is_merged == 0:
-        if not ref_commit(repo, ref):
-            repo.git.update_ref(ref, base)
+        if local != base:
+            _move_target(repo, target, base, local)
         return Applied(ref, base, made_commit=False, note=f"{op.branch} already in {target}",
                        branch_commit=source)
 
@@ -294,21 +295,39 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
         *_message_with_trailer(op, f"Merge branch '{op.branch}' into {target}"),
         env=commit_env(repo),
     ).strip()
+    _move_target(repo, target, merge_commit, local)
+    return Applied(ref, merge_commit, made_commit=True, branch_commit=source)
+
+
+def _merge_base_tip(repo: Repo, remote: str, target: str, local: str | None) -> str | None:
+    """What a merge into `target` builds on: the local branch, unless the remote's branch (as this
+    clone last saw it, for example after the merge queue pushed from here) is ahead of it with
+    nothing local on top; a merge onto the older tip could only be refused by the push."""
+    tracking = ref_commit(repo, f"refs/remotes/{remote}/{target}")
+    if not local or not tracking or local == tracking:
+        return local or tracking
+    behind, _, _ = repo.git.merge_base(
+        "--is-ancestor", local, tracking, with_exceptions=False, with_extended_output=True)
+    return tracking if behind == 0 else local
+
+
+def _move_target(repo: Repo, target: str, new: str, old: str | None) -> None:
+    """Point the local `target` at `new`, a descendant of its tip `old`."""
+    ref = f"refs/heads/{target}"
     checkout = _checked_out_at(repo, target)
     if checkout is not None:
         # Moving a checked-out branch's ref alone would leave its files stale: fast-forward it.
         try:
-            Repo(checkout).git.merge("--ff-only", merge_commit)
+            Repo(checkout).git.merge("--ff-only", new)
         except GitCommandError as err:
             raise OpFailed(
                 f"{target} is checked out at {checkout} and could not be fast-forwarded: "
                 f"{err.stderr.strip()}"
             ) from None
-    elif ref_commit(repo, ref):
-        repo.git.update_ref(ref, merge_commit, base)
+    elif old:
+        repo.git.update_ref(ref, new, old)
     else:
-        repo.git.update_ref(ref, merge_commit)
-    return Applied(ref, merge_commit, made_commit=True, branch_commit=source)
+        repo.git.update_ref(ref, new)
 
 
 def apply_push(repo: Repo, op: GitOp, remote: str) -> Applied:
