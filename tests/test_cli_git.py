@@ -77,3 +77,15 @@ async def test_cli_retry_lands_a_failed_batch_and_refuses_an_unknown_one(
         unknown = await taskfleet(server_address, task_queue, "git", "retry", "batch-999", *repo)
         assert unknown.returncode == 1 and "not a failed batch" in unknown.stderr
         assert "Traceback" not in unknown.stderr
+
+
+async def test_status_of_a_clone_no_batcher_ran_for_names_a_missing_folder(
+        server_address, task_queue, tmp_path):
+    missing = tmp_path / "no-such-clone"
+    done = await taskfleet(server_address, task_queue, "git", "status", "--repo", str(missing))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"no git batcher {git_batch_workflow_id(str(missing), 'origin', task_queue)}" in (
+        done.stderr)
+    assert f"{missing} is not a folder here" in done.stderr
+

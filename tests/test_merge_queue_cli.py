@@ -79,6 +79,10 @@ async def test_queue_add_wait_status_and_refusals_as_a_user_runs_them(
             assert_one_line_refusal(await taskfleet(
                 server_address, "queue", "add", "feature/ok", *args, cwd=where,
                 task_queue=task_queue), why)
+        for command in ("status", "flush"):
+            assert_one_line_refusal(await taskfleet(
+                server_address, "queue", command, "--repo", str(tmp_path / "no-such-clone"),
+                cwd=where, task_queue=task_queue), "no such folder")
         for repo, target in ((fx.clone / "sub", "main"), (fx.clone, "no-such-target")):
             never = client.get_workflow_handle(
                 merge_queue_workflow_id(str(repo), "origin", target, task_queue))

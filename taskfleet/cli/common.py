@@ -26,13 +26,18 @@ async def client_for(args: argparse.Namespace) -> Client:
     return await connect(load_connect_config(args.address, args.namespace))
 
 
-async def ask(call: Awaitable[T], what: str, workflow_id: str) -> T:
+async def ask(call: Awaitable[T], what: str, workflow_id: str, repo: str = "") -> T:
     """The answer of a long-lived workflow the command names; if the server knows no such
-    workflow, one line saying which (exit code 2), not a traceback."""
+    workflow, one line saying which (exit code 2), not a traceback. With the `repo` it is for, a
+    path that is no folder here is named too (a typo, or a clone only the worker's host has)."""
     try:
         return await call
     except RPCError as err:
-        raise StartupError(f"no {what} {workflow_id}: {err.message}") from None
+        hint = ""
+        if repo and not os.path.isdir(repo):
+            hint = (f"; {repo} is not a folder here (give the clone's path as the worker "
+                    "sees it)")
+        raise StartupError(f"no {what} {workflow_id}: {err.message}{hint}") from None
 
 
 def examples(*commands: str) -> dict[str, Any]:

@@ -154,7 +154,7 @@ def format_git_status(workflow_id: str, status: GitBatchStatus) -> str:
 async def git_status(args: argparse.Namespace) -> int:
     client = await client_for(args)
     gb = _batcher(args, client)
-    status = await ask(gb.status(), "git batcher", gb.workflow_id)
+    status = await ask(gb.status(), "git batcher", gb.workflow_id, os.path.abspath(args.repo))
     print(to_json(status) if args.json else format_git_status(gb.workflow_id, status))
     return 0
 

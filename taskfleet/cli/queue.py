@@ -41,6 +41,7 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _target(args: argparse.Namespace, repo: str) -> str:
+    clone_top(repo, args.remote)  # a missing folder or a non-clone named as such, not as a branch
     name = args.target or default_branch(repo, args.remote)
     if not name:
         raise StartupError(
