@@ -26,7 +26,8 @@ def landing_op(params: TaskInput, commit: str) -> GitOp:
         target=params.base if merge else "",
         id=landing_op_id(params.run_key, task.id),
         reply_to=params.reply_to,
-        message=f"Merge {task.id}: {task.scope}"[:200] if merge else "",
+        message=(f"Merge {task.id}: {task.scope}" if task.scope else f"Merge {task.id}")[:200]
+        if merge else "",
         # A task branch belongs to taskfleet: a re-run replaces what an earlier run pushed.
         force=not merge,
         # The batcher fails the op unless the branch is still this task's commit when it lands.
