@@ -166,6 +166,18 @@ def git_remote(tmp_path: Path) -> GitRemoteFixture:
 # --- subprocesses -------------------------------------------------------------------------------
 
 
+def hold_pushes(fx: GitRemoteFixture, tmp_path: Path) -> tuple[Path, Path]:
+    """The remote holds every push open until the test creates `release`; `started` appears once a
+    push has reached it. Pushes still count in `fx.pushes()`."""
+    started, release = tmp_path / "push-started", tmp_path / "push-release"
+    fx.install_hook(
+        "pre-receive",
+        f'cat > /dev/null\ntouch "{started}"\n'
+        f'while [ ! -e "{release}" ]; do sleep 0.05; done\necho push >> "{fx.push_log}"\n',
+    )
+    return started, release
+
+
 def processes_with_environ(entry: str) -> list[int]:
     """Live (not zombie) processes of this machine whose environment holds `entry` (`NAME=value`).
 

@@ -20,7 +20,7 @@ from taskfleet.clients.git_batcher import GitBatcherClient
 from taskfleet.core.models.git_batch import GitBatchConfig
 from taskfleet.core.settings import TaskfleetSettings
 from taskfleet.testing import GitRemoteFixture
-from tests.conftest import eventually, landed_ops, save_history
+from tests.conftest import eventually, hold_pushes, landed_ops, save_history
 
 
 async def _settled_after(gb: GitBatcherClient, event_type: int) -> None:
@@ -36,13 +36,8 @@ async def test_update_to_a_cold_batcher_after_a_flush_during_a_push_replays(
     settings: TaskfleetSettings, tmp_path: Path,
 ):
     fx = git_remote
-    started, release = tmp_path / "push-started", tmp_path / "push-release"
     # The first push waits on the remote until the test lets it go; later pushes pass.
-    fx.install_hook(
-        "pre-receive",
-        f'cat > /dev/null\ntouch "{started}"\n'
-        f'while [ ! -e "{release}" ]; do sleep 0.05; done\necho push >> "{fx.push_log}"\n',
-    )
+    started, release = hold_pushes(fx, tmp_path)
     first_op, late_op = fx.commit_ops("cold", 2)
     # No age flush within the test: only a flush lands what is queued.
     gb = GitBatcherClient(

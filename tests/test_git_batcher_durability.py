@@ -20,6 +20,7 @@ from tests.conftest import (
     WorkerProcess,
     eventually,
     git,
+    hold_pushes,
     landed_ops,
     save_history,
 )
@@ -43,13 +44,8 @@ async def test_worker_killed_during_push_every_op_lands_once(
     tmp_path: Path
 ):
     fx = git_remote
-    started, release = tmp_path / "push-started", tmp_path / "push-release"
     # The remote holds the first push open until the test has killed the worker that sent it.
-    fx.install_hook(
-        "pre-receive",
-        f'cat > /dev/null\ntouch "{started}"\n'
-        f'while [ ! -e "{release}" ]; do sleep 0.05; done\necho push >> "{fx.push_log}"\n',
-    )
+    started, release = hold_pushes(fx, tmp_path)
     ops = fx.commit_ops("crash", 6)
     gb = GitBatcherClient(
         client,

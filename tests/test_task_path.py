@@ -21,7 +21,15 @@ from taskfleet.clients.orchestrator import progress, start_board
 from taskfleet.core.boards import parse_markdown_board
 from taskfleet.core.models.orchestrator import Board, OrchestratorResult, TaskSpec
 from taskfleet.core.settings import TaskfleetSettings
-from tests.conftest import ROOT, WorkerProcess, eventually, git, make_git_remote, save_history
+from tests.conftest import (
+    ROOT,
+    WorkerProcess,
+    eventually,
+    git,
+    hold_pushes,
+    make_git_remote,
+    save_history,
+)
 
 # one of the longest files: `make test` starts it early
 pytestmark = pytest.mark.heavy(seconds=33, waits=True)
@@ -271,12 +279,7 @@ async def test_rerun_with_the_same_id_starts_fresh_from_the_moved_base(
 async def test_cancel_while_the_landing_push_is_in_flight_reports_it_landed(
     client, make_worker, task_queue, git_remote, tmp_path
 ):
-    started, release = tmp_path / "push-started", tmp_path / "push-release"
-    git_remote.install_hook(
-        "pre-receive",
-        f'cat > /dev/null\ntouch "{started}"\nwhile [ ! -e "{release}" ]; do sleep 0.05; done\n'
-        f'echo push >> "{git_remote.push_log}"\n',
-    )
+    started, release = hold_pushes(git_remote, tmp_path)
     async with make_worker():
         handle = await start_board(client, board(["P1"]), str(git_remote.clone),
                                    task_queue=task_queue, git_max_batch_age_seconds=0.1)

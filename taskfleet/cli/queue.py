@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import textwrap
@@ -41,7 +40,6 @@ def _git(repo: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _target(args: argparse.Namespace, repo: str) -> str:
-    clone_top(repo, args.remote)  # a missing folder or a non-clone named as such, not as a branch
     name = args.target or default_branch(repo, args.remote)
     if not name:
         raise StartupError(
@@ -177,7 +175,7 @@ def format_queue_status(workflow_id: str, status: MergeQueueStatus) -> str:
 
 
 async def queue_status(args: argparse.Namespace) -> int:
-    repo = os.path.abspath(args.repo)
+    repo = clone_top(args.repo, args.remote)  # a missing folder is named as such
     client = await client_for(args)
     q = _queue(args, client, repo)
     status = await ask(q.status(), "merge queue", q.workflow_id)
@@ -186,7 +184,7 @@ async def queue_status(args: argparse.Namespace) -> int:
 
 
 async def queue_flush(args: argparse.Namespace) -> int:
-    repo = os.path.abspath(args.repo)
+    repo = clone_top(args.repo, args.remote)  # a missing folder is named as such
     client = await client_for(args)
     q = _queue(args, client, repo)
     await ask(q.flush(), "merge queue", q.workflow_id)
@@ -195,7 +193,7 @@ async def queue_flush(args: argparse.Namespace) -> int:
 
 
 async def queue_id(args: argparse.Namespace) -> int:
-    repo = os.path.abspath(args.repo)
+    repo = clone_top(args.repo, args.remote)  # a missing folder is named as such
     print(merge_queue_workflow_id(repo, args.remote, _target(args, repo), args.task_queue))
     return 0
 
