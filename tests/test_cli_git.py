@@ -6,7 +6,8 @@ import asyncio
 import json
 import subprocess
 
-from taskfleet.clients.git_batcher import git_batch_workflow_id
+from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
+from taskfleet.core.models.git_batch import GitBatchConfig
 from tests.conftest import ROOT, GitRemoteFixture, git, python_cmd
 
 
@@ -88,4 +89,18 @@ async def test_status_of_a_clone_no_batcher_ran_for_names_a_missing_folder(
     assert f"no git batcher {git_batch_workflow_id(str(missing), 'origin', task_queue)}" in (
         done.stderr)
     assert f"{missing} is not a folder here" in done.stderr
+
+
+async def test_status_of_a_batcher_no_worker_serves_says_it_did_not_answer(
+        client, server_address, task_queue, git_remote):
+    """The batcher is there (started by a signal); with no worker on its queue its status query
+    fails: that is not "no git batcher"."""
+    gb = GitBatcherClient(client, GitBatchConfig(repo=str(git_remote.clone)), task_queue)
+    await gb.enqueue(git_remote.commit_ops("unserved", 1)[0])
+    done = await taskfleet(server_address, task_queue, "git", "status", "--repo",
+                           str(git_remote.clone))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"the git batcher {gb.workflow_id} did not answer: " in done.stderr
+    assert "no git batcher" not in done.stderr
+    await gb.handle.terminate("test over")
 

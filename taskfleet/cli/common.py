@@ -10,7 +10,7 @@ from dataclasses import asdict, is_dataclass
 from typing import Any, TypeVar
 
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from taskfleet.clients.connection import StartupError, connect, load_connect_config
 from taskfleet.core.names import DEFAULT_TASK_QUEUE, GIT_BATCH_WORKFLOW, MERGE_QUEUE_WORKFLOW
@@ -28,11 +28,14 @@ async def client_for(args: argparse.Namespace) -> Client:
 
 async def ask(call: Awaitable[T], what: str, workflow_id: str, repo: str = "") -> T:
     """The answer of a long-lived workflow the command names; if the server knows no such
-    workflow, one line saying which (exit code 2), not a traceback. With the `repo` it is for, a
-    path that is no folder here is named too (a typo, or a clone only the worker's host has)."""
+    workflow, or no worker answers for it, one line saying which (exit code 2), not a traceback.
+    With the `repo` it is for, a path that is no folder here is named too (a typo, or a clone only
+    the worker's host has)."""
     try:
         return await call
     except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:  # it is there, but no worker answered for it
+            raise StartupError(f"the {what} {workflow_id} did not answer: {err.message}") from None
         hint = ""
         if repo and not os.path.isdir(repo):
             hint = (f"; {repo} is not a folder here (give the clone's path as the worker "

@@ -45,12 +45,13 @@ def prepare_demo_repo(folder: Path) -> Path:
                               message="calc: an empty calculator").clone
 
 
-async def _wait_for_ctrl_c() -> None:
+def _ctrl_c() -> asyncio.Event:
+    """Set on Ctrl-C (or SIGTERM); taken before the prompt is printed, so no Ctrl-C comes early."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 def _shown(path: str) -> str:
@@ -144,6 +145,8 @@ async def _demo(args: argparse.Namespace) -> int:
                 f"Web UI:   {session.ui_url}/namespaces/{config['namespace']}/workflows/{handle.id}"
                 + (" (once the server is back, see below)" if stops else ""))
             flags = f"--address {config['target_host']}"
+            bring_back = (f"`{_script('taskfleet-worker')} --dev {flags} --state-dir "
+                          f"{_shown(str(state_dir))} --task-queue {DEMO_TASK_QUEUE}`")
             if not stops:
                 print(f"CLI:      {_shown(find_temporal_cli())} workflow list {flags}")
                 print(f"          {_script('taskfleet')} {flags} status {handle.id}")
@@ -151,12 +154,15 @@ async def _demo(args: argparse.Namespace) -> int:
                 # The server we started stops with us: point at how to bring it (and the run) back.
                 print("Server:   stopped with the demo; the run's history is kept in "
                       f"{state_dir / 'temporal.db'}.")
-                print(f"          `{_script('taskfleet-worker')} --dev {flags} --state-dir "
-                      f"{_shown(str(state_dir))} --task-queue {DEMO_TASK_QUEUE}` brings it back, "
+                print(f"          {bring_back} brings it back, "
                       f"then `{_script('taskfleet')} {flags} status {handle.id}`")
             if keep_up:
+                stop = _ctrl_c()
+                if session.started_here:
+                    print(f"After Ctrl-C, {bring_back} brings the server back with a worker on "
+                          "the demo's task queue.")
                 print("The server stays up so you can browse the run; Ctrl-C to stop.", flush=True)
-                await _wait_for_ctrl_c()
+                await stop.wait()
     ok = all(t.status == "succeeded" and t.landed for t in result.tasks)
     return 0 if ok else 1
 
