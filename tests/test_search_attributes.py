@@ -141,3 +141,21 @@ async def test_a_server_side_refusal_is_one_line_with_exit_code_2(
     assert (status.returncode in (1, 2) and "Traceback" not in status.stderr
             and len(status.stderr.strip().splitlines()) == 1)
     assert time.monotonic() - started < 60
+
+
+async def test_the_demo_on_a_plain_server_is_listed_as_a_board(plain_server: str,
+                                                              tmp_path: Path):
+    """The demo reusing a server nobody prepared adds the attributes before its run starts, so the
+    tour's `temporal workflow list --query 'TaskfleetKind="board"'` finds the run."""
+    done = await taskfleet(plain_server, "demo", "--no-wait", "--state-dir",
+                           str(tmp_path / "state"), cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = done.stdout.split(" as ")[1].split()[0]
+
+    async def listed_as_a_board() -> None:
+        listed = subprocess.run(
+            [find_temporal_cli(), "workflow", "list", "--address", plain_server, "--query",
+             'TaskfleetKind="board"'], capture_output=True, text=True, timeout=30)
+        assert run_id in listed.stdout, listed.stdout + listed.stderr
+
+    await eventually(listed_as_a_board, timeout=30)

@@ -25,6 +25,7 @@ from taskfleet.cli.run import summary_table, watch
 from taskfleet.clients.connection import load_connect_config
 from taskfleet.clients.git_batcher import GitBatcherClient, git_batch_workflow_id
 from taskfleet.clients.orchestrator import start_board
+from taskfleet.clients.search_attributes import ensure_search_attributes
 from taskfleet.core.boards import BoardError, load_board
 from taskfleet.core.ids import orchestrator_workflow_id
 from taskfleet.core.models.git_batch import GitBatchConfig
@@ -122,6 +123,9 @@ async def _demo(args: argparse.Namespace) -> int:
             max_concurrent_activities=32,
         )
         async with worker:
+            notice = await ensure_search_attributes(session.client)  # a server of the user's
+            if notice:
+                print(f"taskfleet: {notice}", file=sys.stderr)
             handle = await start_board(
                 session.client, board, str(clone), task_queue=DEMO_TASK_QUEUE,
                 workflow_id=orchestrator_workflow_id(board.name, uuid.uuid4().hex[:8]),
