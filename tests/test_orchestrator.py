@@ -75,6 +75,22 @@ async def test_nine_tasks_run_in_parallel_and_land_in_one_push(
     assert git(git_remote.clone, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
+async def test_tasks_start_from_the_remote_base_the_clone_saw_move_ahead(
+        client, make_worker, task_queue, git_remote):
+    """Main was pushed from this clone without its local main moving (the merge queue lands that
+    way): tasks start from the remote's main, and their merges land on it."""
+    fx = git_remote
+    elsewhere = fx.branch_with("elsewhere", {"elsewhere.txt": "landed elsewhere\n"})
+    git(fx.clone, "push", "-q", "origin", f"{elsewhere}:refs/heads/main")
+    assert git(fx.clone, "rev-parse", "main") != elsewhere
+    b = board(2, verify=CHECK + " && test -f elsewhere.txt", land="merge")
+    async with make_worker():
+        result = await run_board(client, task_queue, fx, b)
+    assert [(t.status, t.landed) for t in result.tasks] == [("succeeded", True)] * 2, result.tasks
+    git(fx.remote, "merge-base", "--is-ancestor", elsewhere, "main")
+    assert git(fx.clone, "rev-parse", "main") == fx.remote_ref("main")
+
+
 async def test_the_board_s_last_tasks_ask_to_land_together(client, make_worker,
                                                            task_queue, git_remote):
     """Tasks started once none was left to start name the landing ops of all tasks then running

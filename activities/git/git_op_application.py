@@ -15,6 +15,7 @@ from pathlib import Path
 from git import Repo, SymbolicReference
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from taskfleet.core.git_objects import GitStoreError, branch_tip
 from taskfleet.core.git_op_validation import branch_name_problem
 from taskfleet.core.models.git_batch import GitOp
 
@@ -255,7 +256,10 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
         raise OpFailed(f"branch {op.branch} does not exist in {repo.working_dir} nor on {remote}")
     ref = f"refs/heads/{target}"
     local = ref_commit(repo, ref)
-    base = _merge_base_tip(repo, remote, target, local)
+    try:
+        base = branch_tip(repo.working_dir, target, remote)
+    except GitStoreError as err:
+        raise OpFailed(str(err)) from None
     if not base:
         raise OpFailed(
             f"target branch {target} does not exist in {repo.working_dir} nor on {remote}")
@@ -297,18 +301,6 @@ def apply_merge(repo: Repo, op: GitOp, remote: str) -> Applied:
     ).strip()
     _move_target(repo, target, merge_commit, local)
     return Applied(ref, merge_commit, made_commit=True, branch_commit=source)
-
-
-def _merge_base_tip(repo: Repo, remote: str, target: str, local: str | None) -> str | None:
-    """What a merge into `target` builds on: the local branch, unless the remote's branch (as this
-    clone last saw it, for example after the merge queue pushed from here) is ahead of it with
-    nothing local on top; a merge onto the older tip could only be refused by the push."""
-    tracking = ref_commit(repo, f"refs/remotes/{remote}/{target}")
-    if not local or not tracking or local == tracking:
-        return local or tracking
-    behind, _, _ = repo.git.merge_base(
-        "--is-ancestor", local, tracking, with_exceptions=False, with_extended_output=True)
-    return tracking if behind == 0 else local
 
 
 def _move_target(repo: Repo, target: str, new: str, old: str | None) -> None:

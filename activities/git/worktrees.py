@@ -26,7 +26,7 @@ from taskfleet.activities.git.worktree_refs import (
 )
 from taskfleet.activities.pods.presence import WorkerPresence
 from taskfleet.activities.pods.shared_clone import forget_registrations
-from taskfleet.core.git_objects import GitStoreError, open_repository
+from taskfleet.core.git_objects import GitStoreError, branch_tip, open_repository
 from taskfleet.core.git_objects import resolve as resolve_ref
 from taskfleet.core.ids import slug
 from taskfleet.core.pod import pod_id
@@ -43,16 +43,16 @@ class BranchCheckedOut(Exception):
 
 def resolve(repo_path: str, branch: str, remote: str | None, required: bool = True) -> str:
     """A branch's commit, read in process (libgit2, a handle per thread): no git process, no
-    repository object built per call on the event loop."""
+    repository object built per call on the event loop. With `remote`, the remote's branch counts
+    too (`branch_tip`)."""
     try:
         open_repository(repo_path)
     except GitStoreError:
         raise OpFailed(f"{repo_path} is not a git clone on this worker") from None
-    refs = [f"refs/heads/{branch}"] + ([f"refs/remotes/{remote}/{branch}"] if remote else [])
-    for ref in refs:
-        found = resolve_ref(repo_path, ref)
-        if found:
-            return found
+    found = (branch_tip(repo_path, branch, remote) if remote
+             else resolve_ref(repo_path, f"refs/heads/{branch}"))
+    if found:
+        return found
     if required:
         raise OpFailed(f"branch {branch} does not exist in {repo_path}"
                        + (f" nor on {remote}" if remote else ""))

@@ -180,6 +180,18 @@ def resolve(repo: str | Path, ref: str) -> str | None:
     return _lookup(open_repository(repo), ref)
 
 
+def branch_tip(repo: str | Path, branch: str, remote: str) -> str | None:
+    """Where work on `branch` starts: the clone's own branch, or the remote's as the clone last saw
+    it when that is ahead with nothing local on top (the merge queue lands from the clone without
+    moving the clone's branch); whichever exists when only one does."""
+    local = resolve(repo, f"refs/heads/{branch}")
+    tracking = resolve(repo, f"refs/remotes/{remote}/{branch}")
+    if local and tracking and local != tracking:
+        if open_repository(repo).descendant_of(tracking, local):
+            return tracking
+    return local or tracking
+
+
 def _lookup(handle: pygit2.Repository, ref: str) -> str | None:
     try:
         found = handle.references.get(ref)
